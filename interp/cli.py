@@ -1,0 +1,276 @@
+"""The `interp` command. Validates probe, config and model before importing torch.
+
+Exit status 0 on success; 2 with one line on stderr for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .errors import InterpError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        sys.stderr.write(f"interp: {message}\n")
+        raise SystemExit(2)
+
+
+def _out(args) -> Path:
+    return Path(args.out) if args.out else Path(os.environ.get("INTERP_OUT", "artifacts"))
+
+
+def _overrides(args) -> dict[str, Any]:
+    from .config import parse_value
+
+    over: dict[str, Any] = {}
+    for item in args.set or []:
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise InterpError(f"--set {item!r}: expected key=value")
+        over[key.strip()] = parse_value(value)
+    for name in ("model", "device", "seed", "size", "backend"):
+        if getattr(args, name, None) is not None:
+            over[name] = getattr(args, name)
+    return over
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+def cmd_list(args) -> int:
+    from .registry import probes_available
+
+    for name, spec in probes_available().items():
+        print(f"{name:24s} {spec.summary}")
+    return 0
+
+
+def cmd_models(args) -> int:
+    from . import embedded
+
+    for name, e in embedded.EMBEDDED.items():
+        state = (
+            "cached"
+            if embedded.is_cached(name)
+            else ("installed" if embedded.is_installed(name) else f"not installed (extra: {e.extra})")
+        )
+        print(f"{name:16s} embedded  {e.hf_id:40s} {state}")
+    models_dir = embedded.cache_root() / "models"
+    if models_dir.is_dir():
+        for d in sorted(models_dir.iterdir()):
+            if d.is_dir() and d.name not in embedded.EMBEDDED and (d / "config.json").is_file():
+                print(f"{d.name:16s} cached    {str(d)}")
+    return 0
+
+
+def _run_help(probe: str) -> int:
+    from .config import describe
+    from .registry import get_probe
+
+    spec = get_probe(probe)
+    print(f"interp run {probe} [--model M] [--device D] [--seed N] [--size S] [--out DIR] [--set key=value ...]\n")
+    print(spec.summary + "\n")
+    presets = spec.config_cls.SIZE_PRESETS
+    for name, default, doc in describe(spec.config_cls):
+        print(f"  {name} = {default}")
+        if doc:
+            print(f"      {doc}")
+        sized = {s: presets[s][name] for s in presets if name in presets[s]}
+        if sized:
+            print("      sizes: " + ", ".join(f"{s}={json.dumps(v)}" for s, v in sized.items()))
+    return 0
+
+
+def cmd_run(args) -> int:
+    if args.help:
+        return _run_help(args.probe)
+    from .runner import prepare
+
+    spec, cfg = prepare(args.probe, _overrides(args))  # validated; torch not imported yet
+    from .runner import execute
+
+    path = execute(spec, cfg, out=_out(args), progress=not args.quiet)
+    print(path)
+    return 0
+
+
+def cmd_ls(args) -> int:
+    from .store import list_runs
+
+    runs = list_runs(_out(args), probe=args.probe)
+    if args.json:
+        print(
+            json.dumps(
+                [
+                    {
+                        "path": str(r.path),
+                        "probe": r.probe,
+                        "run_id": r.run_id,
+                        "status": r.status,
+                        "model": r.model,
+                        "started": r.started,
+                        "seconds": r.seconds,
+                        "metrics": r.metrics,
+                        "error": r.error,
+                    }
+                    for r in runs
+                ],
+                indent=1,
+            )
+        )
+        return 0
+    if not runs:
+        print(f"no runs under {_out(args)}")
+        return 0
+    for r in runs:
+        head = ", ".join(f"{k}={_short(v)}" for k, v in list(r.metrics.items())[:4])
+        note = f"  [{r.error}]" if r.status in ("failed", "damaged") and r.error else ""
+        print(f"{r.probe:24s} {r.run_id:34s} {r.status:11s} {r.model or '-':14s} {head}{note}")
+    return 0
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    s = json.dumps(v) if not isinstance(v, str) else repr(v)
+    return s if len(s) <= 24 else s[:21] + "..."
+
+
+def cmd_demo(args) -> int:
+    from .registry import probes_available
+    from .runner import execute, prepare
+
+    out = _out(args)
+    failed = []
+    names = args.probes or list(probes_available())
+    for name in names:
+        spec, cfg = prepare(name, {"size": "quick", **({"model": args.model} if args.model else {})})
+        print(f"== {name} (quick)", flush=True)
+        try:
+            print(execute(spec, cfg, out=out, progress=not args.quiet), flush=True)
+        except Exception as e:  # noqa: BLE001 - the demo goes on; the run records the failure
+            failed.append(name)
+            print(f"   failed: {type(e).__name__}: {e}", file=sys.stderr)
+    if failed:
+        print(f"interp: demo runs failed: {', '.join(failed)}", file=sys.stderr)
+    if args.no_app:
+        return 1 if failed else 0
+    return cmd_app(args)
+
+
+def cmd_app(args) -> int:
+    import subprocess
+
+    app = Path(__file__).resolve().parent.parent / "app" / "main.py"
+    out = _out(args).resolve()
+    url = f"http://{args.host}:{args.port}"
+    print(f"dashboard: {url}  (artifacts: {out})", flush=True)
+    env = dict(os.environ, INTERP_OUT=str(out))
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(app),
+        "--server.address",
+        args.host,
+        "--server.port",
+        str(args.port),
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+    ]
+    return subprocess.call(cmd, env=env)
+
+
+def cmd_sweep(args) -> int:
+    try:
+        from .sweep import main as sweep_main
+    except ImportError:
+        raise InterpError("interp sweep is not available in this version") from None
+    return sweep_main(args)
+
+
+# ----------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="interp", description="Hook-based interpretability probes.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    sub.add_parser("list", help="probes, one per line").set_defaults(fn=cmd_list)
+    sub.add_parser("models", help="embedded and cached models").set_defaults(fn=cmd_models)
+
+    r = sub.add_parser("run", help="run a probe", add_help=False)
+    r.add_argument("probe")
+    r.add_argument("-h", "--help", action="store_true", help="list the probe's config fields")
+    r.add_argument("--model")
+    r.add_argument("--device")
+    r.add_argument("--backend")
+    r.add_argument("--seed", type=int)
+    r.add_argument("--size", choices=("micro", "quick", "default"))
+    r.add_argument("--out")
+    r.add_argument("--set", action="append", metavar="KEY=VALUE")
+    r.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    r.set_defaults(fn=cmd_run)
+
+    d = sub.add_parser("demo", help="every probe's quick config, then the dashboard")
+    d.add_argument("probes", nargs="*", help="only these probes")
+    d.add_argument("--out")
+    d.add_argument("--model")
+    d.add_argument("--no-app", action="store_true", help="do not serve the dashboard afterwards")
+    d.add_argument("--host", default="127.0.0.1")
+    d.add_argument("--port", type=int, default=8501)
+    d.add_argument("-q", "--quiet", action="store_true")
+    d.set_defaults(fn=cmd_demo)
+
+    ls = sub.add_parser("ls", help="runs with status and headline metrics")
+    ls.add_argument("--out")
+    ls.add_argument("--probe")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(fn=cmd_ls)
+
+    a = sub.add_parser("app", help="the dashboard on 127.0.0.1")
+    a.add_argument("--out")
+    a.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    a.add_argument("--port", type=int, default=8501)
+    a.set_defaults(fn=cmd_app)
+
+    s = sub.add_parser("sweep", help="a grid of runs from a sweep file")
+    s.add_argument("file")
+    s.add_argument("--executor", choices=("local", "ray"), default="local")
+    s.add_argument("--ray-address")
+    s.add_argument("--max-parallel", type=int)
+    s.add_argument("--retry-failed", action="store_true")
+    s.add_argument("--out")
+    s.add_argument("-q", "--quiet", action="store_true")
+    s.set_defaults(fn=cmd_sweep)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except InterpError as e:
+        sys.stderr.write(f"interp: {_one_line(str(e))}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("interp: interrupted\n")
+        return 130
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,299 @@
+"""Probe configs: typed frozen dataclasses, sizes, dotted overrides, validation and hashing.
+
+Nothing here imports torch: the CLI builds and validates a config before any heavy import.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import hashlib
+import inspect
+import json
+import types
+import typing
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from typing import Any, ClassVar, Literal
+
+from .errors import ConfigError
+
+SIZES = ("micro", "quick", "default")
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    """Fields every probe shares. Subclasses add their own, each with a docstring."""
+
+    model: str = "smollm2-135m"
+    """Embedded model name, Hugging Face id, or local directory."""
+    backend: Literal["tl", "nnsight"] = "tl"
+    """Hook backend: TransformerLens TransformerBridge ("tl") or nnsight ("nnsight")."""
+    device: str = "auto"
+    """"auto" (CUDA when present), "cpu", "cuda" or "cuda:N"."""
+    dtype: str | None = None
+    """None (float32 on CPU, bfloat16 on GPU), "float32", "bfloat16" or "float16"."""
+    seed: int = 0
+    """Seed of every random choice the probe makes."""
+    size: Literal["micro", "quick", "default"] = "default"
+    """micro (<= 20 s), quick (<= 90 s, the tests and demo), default (the method's acceptance size)."""
+    remote: bool = False
+    """nnsight backend only: run on a remote NDIF server (key from NDIF_API_KEY)."""
+
+    #: Field overrides per size; a subclass fills it. Explicit user values win over these.
+    SIZE_PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    def validate(self) -> None:
+        """Range checks beyond types; subclasses extend it (call super().validate())."""
+        if self.device != "auto" and self.device != "cpu" and not self.device.startswith("cuda"):
+            raise ConfigError("device", self.device, 'one of "auto", "cpu", "cuda", "cuda:N"')
+        if self.dtype not in (None, "float32", "bfloat16", "float16"):
+            raise ConfigError("dtype", self.dtype, 'None, "float32", "bfloat16" or "float16"')
+        if self.seed < 0:
+            raise ConfigError("seed", self.seed, "a non-negative integer")
+        if self.remote and self.backend != "nnsight":
+            raise ConfigError("remote", self.remote, "remote execution needs backend=nnsight")
+
+    def validate_for_model(self, n_layers: int | None) -> None:
+        """Checks that need the model's size (layer indices); runs before the weights load."""
+
+    def check_layer(self, name: str, layer: int | None, n_layers: int | None) -> None:
+        """ConfigError unless `layer` is None or a valid (possibly negative) layer index."""
+        if layer is not None and n_layers is not None and not -n_layers <= layer < n_layers:
+            raise ConfigError(name, layer, f"a layer index in [{-n_layers}, {n_layers - 1}] for {self.model}")
+
+
+# ----------------------------------------------------------------------------- field docs
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring under each field of a dataclass (and its bases), by field name."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not is_dataclass(klass) or klass is object:
+            continue
+        try:
+            tree = ast.parse(inspect.getsource(klass).lstrip())
+        except (OSError, TypeError, SyntaxError):
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for node, nxt in zip(body, body[1:] + [None]):
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                if isinstance(nxt, ast.Expr) and isinstance(getattr(nxt, "value", None), ast.Constant):
+                    docs[node.target.id] = str(nxt.value.value).strip()
+    return docs
+
+
+def describe(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
+    """(dotted name, default, doc) for every field, nested configs flattened."""
+    rows = []
+    docs = field_docs(cls)
+    hints = typing.get_type_hints(cls)
+    for f in fields(cls):
+        default = _default_of(f)
+        if is_dataclass(hints[f.name]):
+            rows += describe(hints[f.name], prefix + f.name + ".")
+        else:
+            rows.append((prefix + f.name, json.dumps(default, default=str), docs.get(f.name, "")))
+    return rows
+
+
+def _default_of(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
+# ----------------------------------------------------------------------------- coercion
+
+
+def _coerce(name: str, value: Any, tp: Any) -> Any:
+    """Check `value` against the annotation `tp`, converting where lossless; else ConfigError."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        for arm in args:
+            if arm is type(None) and value is None:
+                return None
+        errors = []
+        for arm in args:
+            if arm is type(None):
+                continue
+            try:
+                return _coerce(name, value, arm)
+            except ConfigError as e:
+                errors.append(e.allowed)
+        raise ConfigError(name, value, " or ".join(errors + (["null"] if type(None) in args else [])))
+    if origin is Literal:
+        if value in args:
+            return value
+        raise ConfigError(name, value, "one of " + ", ".join(repr(a) for a in args))
+    if origin in (list, tuple):
+        if isinstance(value, str) or not isinstance(value, (list, tuple)):
+            raise ConfigError(name, value, f"a list of {_tname(args[0]) if args else 'values'}")
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            if len(value) != len(args):
+                raise ConfigError(name, value, f"a list of {len(args)} values")
+            return tuple(_coerce(f"{name}[{i}]", v, a) for i, (v, a) in enumerate(zip(value, args)))
+        item = args[0] if args else Any
+        out = [_coerce(f"{name}[{i}]", v, item) for i, v in enumerate(value)]
+        return tuple(out)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(name, value, "a mapping")
+        return dict(value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(name, value, "true or false")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(name, value, "an integer")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            f = float(value)
+            if f != f or f in (float("inf"), float("-inf")):
+                raise ConfigError(name, value, "a finite number")
+            return f
+        raise ConfigError(name, value, "a number")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(name, value, "a string")
+    if is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(name, value, f"a mapping of {tp.__name__} fields")
+        return _build(tp, value, prefix=name + ".")
+    raise ConfigError(name, value, f"a value of type {_tname(tp)}")
+
+
+def _tname(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp))
+
+
+def _build(cls: type, values: dict[str, Any], prefix: str = "") -> Any:
+    """Instantiate dataclass `cls` from plain values, type-checking each field."""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in fields(cls)}
+    for key in values:
+        if key not in names:
+            close = ", ".join(sorted(names))
+            raise ConfigError(prefix + key, values[key], f"unknown field; known: {close}")
+    kwargs = {}
+    for f in fields(cls):
+        if f.name in values:
+            kwargs[f.name] = _coerce(prefix + f.name, values[f.name], hints[f.name])
+        elif is_dataclass(hints[f.name]):
+            kwargs[f.name] = _default_of(f)
+    return cls(**kwargs)
+
+
+# ----------------------------------------------------------------------------- public
+
+
+def parse_value(text: str) -> Any:
+    """A --set value: JSON when it parses (numbers, booleans, lists, null), else the string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def nest(flat: dict[str, Any]) -> dict[str, Any]:
+    """{"sft.enable": True} -> {"sft": {"enable": True}}."""
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        if not key or any(not part for part in key.split(".")):
+            raise ConfigError(key or "<empty>", value, "a field name such as top_p or sft.enable")
+        node = out
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(key, value, f"{p} is not a nested config")
+        node[leaf] = value
+    return out
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def build_config(cls: type[ProbeConfig], overrides: dict[str, Any] | None = None) -> ProbeConfig:
+    """Config of class `cls`: defaults, then the size preset, then `overrides` (dotted keys ok).
+
+    Raises ConfigError naming the field for any unknown key, wrong type or out-of-range value.
+    """
+    values = nest(dict(overrides or {}))
+    size = values.get("size", "default")
+    if size not in SIZES:
+        raise ConfigError("size", size, "one of " + ", ".join(SIZES))
+    values = _merge(nest(cls.SIZE_PRESETS.get(size, {})), values)
+    cfg = _build(cls, values)
+    cfg.validate()
+    return cfg
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """Plain JSON-able dict of a config (tuples become lists)."""
+    return json.loads(json.dumps(dataclasses.asdict(cfg), default=list))
+
+
+def config_hash(probe: str, cfg: Any) -> str:
+    """sha256 of the probe name and the canonical config JSON (hex)."""
+    blob = json.dumps({"probe": probe, "config": to_dict(cfg)}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def with_overrides(cfg: ProbeConfig, **changes: Any) -> ProbeConfig:
+    """A validated copy of `cfg` with some fields changed."""
+    new = replace(cfg, **changes)
+    new.validate()
+    return new
+
+
+def check_range(
+    name: str,
+    value: float,
+    lo: float | None = None,
+    hi: float | None = None,
+    lo_open: bool = False,
+    hi_open: bool = False,
+) -> None:
+    """Raise ConfigError unless lo <=(<) value <=(<) hi."""
+    bad = (lo is not None and (value < lo or (lo_open and value == lo))) or (
+        hi is not None and (value > hi or (hi_open and value == hi))
+    )
+    if bad:
+        left = "(" if lo_open else "["
+        right = ")" if hi_open else "]"
+        raise ConfigError(
+            name,
+            value,
+            f"a value in {left}{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}{right}",
+        )
+
+
+__all__ = [
+    "ProbeConfig",
+    "build_config",
+    "config_hash",
+    "describe",
+    "field",
+    "parse_value",
+    "to_dict",
+    "check_range",
+    "with_overrides",
+    "SIZES",
+]

@@ -1,0 +1,109 @@
+"""RunContext: what a probe gets: the config, the loaded model, seeded RNGs and the run's store."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from .config import ProbeConfig
+from .errors import NumericError
+from .store import RunWriter
+
+_MODELS: dict[tuple, Any] = {}
+log = logging.getLogger("interp")
+
+
+def cached_model(cfg: ProbeConfig):
+    """The model for `cfg`, loaded once per process (sweeps and the demo reuse it)."""
+    from .models import load_model
+
+    key = (cfg.model, cfg.backend, cfg.device, cfg.dtype, cfg.remote)
+    if key not in _MODELS:
+        _MODELS.clear()  # keep one model resident
+        _MODELS[key] = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, backend=cfg.backend, remote=cfg.remote)
+    return _MODELS[key]
+
+
+class RunContext:
+    """Handed to every probe's run(cfg, ctx). Files go through it; randomness comes from it."""
+
+    def __init__(self, cfg: ProbeConfig, writer: RunWriter, model: Any = None, progress: bool = True):
+        import torch
+
+        self.cfg = cfg
+        self.writer = writer
+        self._model = model
+        self.progress = progress
+        self.rng = np.random.default_rng(cfg.seed)
+        self.torch_rng = torch.Generator().manual_seed(cfg.seed)
+        self.log = log.getChild(writer.manifest["probe"])
+        self._t0 = time.perf_counter()
+
+    @property
+    def path(self):
+        return self.writer.path
+
+    @property
+    def model(self):
+        if self._model is None:
+            self._model = cached_model(self.cfg)
+            self.writer.set("model", self._model.info.to_dict())
+            self.writer.manifest["env"]["device"] = str(self._model.device)
+            self.writer.manifest["env"]["dtype"] = str(self._model.dtype).replace("torch.", "")
+        return self._model
+
+    @property
+    def device(self) -> str:
+        return self.model.device
+
+    def generator(self, offset: int = 0, device: str | None = None):
+        """A fresh torch.Generator seeded from the config seed (+ offset) on `device`."""
+        import torch
+
+        return torch.Generator(device=device or "cpu").manual_seed(self.cfg.seed * 1_000_003 + offset)
+
+    def tqdm(self, it: Iterable, **kw):
+        from tqdm.auto import tqdm
+
+        return tqdm(it, disable=not self.progress, leave=False, **kw)
+
+    # -- artifacts ------------------------------------------------------------------
+    def save_tensors(self, name: str, tensors: Mapping[str, Any], metadata: dict[str, str] | None = None):
+        return self.writer.save_tensors(name, tensors, metadata)
+
+    def save_table(self, name: str, frame: Any):
+        return self.writer.save_table(name, frame)
+
+    def save_json(self, name: str, obj: Any):
+        return self.writer.save_json(name, obj)
+
+    def save_jsonl(self, name: str, rows: Iterable[Any]):
+        return self.writer.save_jsonl(name, rows)
+
+    def log_metrics(self, **metrics: Any) -> None:
+        self.writer.log_metrics(**metrics)
+
+    def log_timings(self, **timings: Any) -> None:
+        self.writer.log_timings(**timings)
+
+    def check_finite(self, where: str, value: Any) -> None:
+        """NumericError naming `where` if a tensor/array/number holds NaN or inf."""
+        if hasattr(value, "isfinite"):
+            ok = bool(value.isfinite().all())
+        else:
+            arr = np.asarray(value, dtype=float)
+            ok = bool(np.isfinite(arr).all())
+        if not ok:
+            raise NumericError(f"non-finite values (NaN or inf) in {where}")
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self._t0
+
+
+def finite_or_none(x: float) -> float | None:
+    return x if math.isfinite(x) else None

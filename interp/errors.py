@@ -1,0 +1,25 @@
+"""Exceptions that front ends turn into one-line messages."""
+
+
+class InterpError(Exception):
+    """Base class for errors the CLI reports as one line with exit status 2."""
+
+
+class ConfigError(InterpError, ValueError):
+    """A config field holds a value that is not allowed (raised before any model loads)."""
+
+    def __init__(self, field: str, value: object, allowed: str):
+        self.field, self.value, self.allowed = field, value, allowed
+        super().__init__(f"{field}={value!r} is invalid: {allowed}")
+
+
+class ModelNotFound(InterpError, LookupError):
+    """A model name resolved to nothing on this machine."""
+
+
+class DamagedRun(InterpError):
+    """A run directory whose manifest or files do not check out."""
+
+
+class NumericError(InterpError, FloatingPointError):
+    """NaN or inf where a probe needs finite numbers."""

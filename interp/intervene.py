@@ -1,0 +1,175 @@
+"""Interventions: activation edits at sites (hooks) and weight edits that restore exactly.
+
+Activation edits are context managers over a Model:
+
+    with ablate(model, Site("mlp_post", 3), index=[5, 9]):          # zero units 5 and 9
+        logits = model(ids, mask)
+    with scale(model, site, 2.0), add(model, site2, vector):          # they compose
+        ...
+
+Each edit is a function `edit(x) -> x'` applied to the site's activation viewed as
+``(batch, pos, *units)``; `intervene` wraps any such function.
+
+Weight edits change named slices of HF parameters and put the original bytes back on exit,
+also when the body raises:
+
+    with edit_weights(model, [WeightEdit("model.layers.3.mlp.up_proj.weight", 0, [5, 9])]):
+        ...
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .sites import Site, token_first, token_restore
+
+Index = int | Sequence[int] | Tensor | None
+
+
+def _idx(index: Index, device) -> Tensor | slice:
+    if index is None:
+        return slice(None)
+    return torch.as_tensor(index if not isinstance(index, int) else [index], dtype=torch.long, device=device)
+
+
+@contextlib.contextmanager
+def intervene(model, site: Site, edit: Callable[[Tensor], Tensor]) -> Iterator[None]:
+    """Apply `edit` to the activation at `site` (as (batch, pos, *units)) in enclosed forwards."""
+
+    def hook(act: Tensor) -> Tensor:
+        return token_restore(site, edit(token_first(site, act)))
+
+    with model.hooks([(site, hook)]):
+        yield
+
+
+def _units_flat(x: Tensor) -> Tensor:
+    """(batch, pos, *units) -> (batch, pos, n_units) view."""
+    return x.reshape(*x.shape[:2], -1)
+
+
+def ablate(
+    model, site: Site, index: Index = None, mode: str = "zero", mean: Tensor | None = None, positions: Index = None
+):
+    """Zero (mode="zero") or mean-replace (mode="mean", `mean` shaped like the units) units.
+
+    `index` selects flattened unit indices (None = all), `positions` token positions (None = all).
+    """
+    if mode not in ("zero", "mean"):
+        raise ValueError(f"ablate mode {mode!r}: 'zero' or 'mean'")
+    if mode == "mean" and mean is None:
+        raise ValueError("ablate mode 'mean' needs the mean activation")
+
+    def edit(x: Tensor) -> Tensor:
+        x = x.clone()
+        flat = _units_flat(x)
+        u, p = _idx(index, x.device), _idx(positions, x.device)
+        if mode == "zero":
+            flat[:, p, u] = 0.0
+        else:
+            flat[:, p, u] = mean.reshape(-1).to(x)[u]
+        return x
+
+    return intervene(model, site, edit)
+
+
+def scale(model, site: Site, factor: float, index: Index = None, positions: Index = None):
+    """Multiply the selected units by `factor`."""
+
+    def edit(x: Tensor) -> Tensor:
+        x = x.clone()
+        flat = _units_flat(x)
+        u, p = _idx(index, x.device), _idx(positions, x.device)
+        flat[:, p, u] = flat[:, p, u] * factor
+        return x
+
+    return intervene(model, site, edit)
+
+
+def add(model, site: Site, vector: Tensor, positions: Index = None, coeff: float = 1.0):
+    """Add `coeff * vector` (shaped like the units) at the selected positions."""
+
+    def edit(x: Tensor) -> Tensor:
+        x = x.clone()
+        p = _idx(positions, x.device)
+        x[:, p] = x[:, p] + coeff * vector.to(x)
+        return x
+
+    return intervene(model, site, edit)
+
+
+def patch(model, site: Site, source: Tensor, positions: Index = None, index: Index = None):
+    """Replace the activation by `source` (batch, pos, *units) from another run (same shape)."""
+
+    def edit(x: Tensor) -> Tensor:
+        src = source.to(x)
+        if positions is None and index is None:
+            return src.clone()
+        x = x.clone()
+        flat, sflat = _units_flat(x), _units_flat(src)
+        u, p = _idx(index, x.device), _idx(positions, x.device)
+        flat[:, p, u] = sflat[:, p, u]
+        return x
+
+    return intervene(model, site, edit)
+
+
+# ============================================================================= weights
+
+
+@dataclass(frozen=True)
+class WeightEdit:
+    """Scale (0 = zero) the rows (dim=0) or columns (dim=1) `index` of parameter `param`."""
+
+    param: str
+    """Dotted HF parameter name, e.g. model.layers.3.mlp.up_proj.weight."""
+    dim: int
+    index: Sequence[int]
+    factor: float = 0.0
+
+
+def get_param(model, name: str) -> torch.nn.Parameter:
+    params = dict(model.hf.named_parameters())
+    if name not in params:
+        raise KeyError(f"{model.info.name} has no parameter {name!r}")
+    return params[name]
+
+
+@contextlib.contextmanager
+def edit_weights(model, edits: Sequence[WeightEdit], values: dict[str, Tensor] | None = None) -> Iterator[None]:
+    """Apply weight edits in place; restore the exact original bytes on exit (even on error).
+
+    `values` optionally maps a parameter name to replacement slices (same shape as the slice),
+    used instead of scaling (e.g. copying other units' weights in a swap control).
+    """
+    saved: list[tuple[torch.nn.Parameter, int, Tensor, Tensor]] = []
+    try:
+        with torch.no_grad():
+            for e in edits:
+                p = get_param(model, e.param)
+                idx = torch.as_tensor(list(e.index), dtype=torch.long, device=p.device)
+                saved.append((p, e.dim, idx, p.index_select(e.dim, idx).clone()))
+                if values is not None and e.param in values:
+                    p.index_copy_(e.dim, idx, values[e.param].to(p))
+                else:
+                    p.index_copy_(e.dim, idx, p.index_select(e.dim, idx) * e.factor)
+        yield
+    finally:
+        with torch.no_grad():
+            for p, dim, idx, orig in reversed(saved):
+                p.index_copy_(dim, idx, orig)
+
+
+def weights_digest(model) -> str:
+    """sha256 over every parameter's bytes (name order): proves edits were restored."""
+    h = hashlib.sha256()
+    for name, p in sorted(model.hf.named_parameters(), key=lambda kv: kv[0]):
+        h.update(name.encode())
+        h.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()

@@ -1,0 +1,85 @@
+"""run(): validate, create the run directory, call the probe, write status last."""
+
+from __future__ import annotations
+
+import os
+import platform
+import signal
+from pathlib import Path
+from typing import Any
+
+from .config import config_hash, to_dict
+from .registry import get_probe
+from .store import RunWriter, default_root, load_run
+
+
+def prepare(probe: str, overrides: dict[str, Any] | None = None):
+    """(spec, cfg) with the config and the model name validated; imports no torch."""
+    from .models import model_n_layers, resolve_model
+
+    spec = get_probe(probe)
+    cfg = spec.config(overrides)
+    res = resolve_model(cfg.model)
+    cfg.validate_for_model(model_n_layers(res))
+    return spec, cfg
+
+
+def env_info() -> dict[str, Any]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for pkg in ("interp", "torch", "transformers", "transformer_lens", "sae_lens", "nnsight"):
+        try:
+            out[pkg] = version(pkg.replace("_", "-"))
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+class _Terminated(Exception):
+    pass
+
+
+def _raise_terminated(signum, frame):  # pragma: no cover - exercised by the reliability tests
+    raise _Terminated(f"terminated by signal {signum}")
+
+
+def execute(spec, cfg, out: str | Path | None = None, model: Any = None, progress: bool = True):
+    """Run a validated config; returns the run directory. Failures are recorded, then re-raised."""
+    from .context import RunContext
+
+    root = Path(out) if out is not None else default_root()
+    writer = RunWriter.create(root, spec.name, to_dict(cfg), config_hash(spec.name, cfg), cfg.seed, env_info())
+    old = signal.getsignal(signal.SIGTERM) if _main_thread() else None
+    if old is not None:
+        signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        run_fn = spec.load_run()
+        ctx = RunContext(cfg, writer, model=model, progress=progress)
+        run_fn(cfg, ctx)
+        writer.log_timings(seconds_total=round(ctx.elapsed(), 3))
+        writer.finish()
+    except BaseException as e:
+        writer.finish(error=e)
+        raise
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
+    return writer.path
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread() and os.name == "posix"
+
+
+def run(probe: str, out: str | Path | None = None, progress: bool = True, **overrides: Any):
+    """Run `probe` with config overrides (dotted keys allowed: **{"sft.enable": True}).
+
+    >>> r = interp.run("logit_lens", prompt="The capital of France is")
+    >>> r.metrics["final_top1"]
+    ' Paris'
+    """
+    spec, cfg = prepare(probe, overrides)
+    return load_run(execute(spec, cfg, out=out, progress=progress))

@@ -1,0 +1,31 @@
+"""Logit lens: decode every layer's residual stream through the final norm and unembedding."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from interp.config import ProbeConfig, check_range
+from interp.errors import ConfigError
+from interp.registry import probe
+
+
+@probe("logit_lens", run="probes.logit_lens.probe:run", page="app.views.logit_lens")
+@dataclass(frozen=True)
+class LogitLensConfig(ProbeConfig):
+    """What each layer's residual stream would predict if decoded as the output (logit lens)."""
+
+    prompt: str = "The capital of France is"
+    """Raw text to read (no chat template unless `chat` is true)."""
+    chat: bool = False
+    """Wrap the prompt in the model's chat template (user turn, generation prompt)."""
+    top_k: int = 5
+    """Tokens kept per layer and position."""
+    max_tokens: int = 256
+    """Longest prompt accepted, in tokens (longer prompts are an error, not truncated)."""
+
+    def validate(self) -> None:
+        super().validate()
+        if not self.prompt.strip():
+            raise ConfigError("prompt", self.prompt, "a non-empty text")
+        check_range("top_k", self.top_k, 1, 100)
+        check_range("max_tokens", self.max_tokens, 1, 8192)
