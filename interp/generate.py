@@ -1,0 +1,140 @@
+"""Batched greedy decoding and perplexity, shared by the probes.
+
+`greedy` decodes on the plain HF model with the KV cache (fast; no hooks fire), or through the
+hooked backend without a cache (`hooked=True`: every site hook and intervention applies).
+Prompts are left-padded with explicit attention masks; position ids come from the mask.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+LogitsFn = Callable[[Tensor, Tensor], Tensor]
+"""(generated ids so far (batch, t), next-token logits (batch, vocab)) -> adjusted logits."""
+
+
+def windowed_repetition_penalty(penalty: float, window: int) -> LogitsFn:
+    """Penalise only tokens among the last `window` *generated* tokens (never the prompt):
+    a negative logit is multiplied by `penalty`, a positive one divided by it."""
+
+    def fn(generated: Tensor, logits: Tensor) -> Tensor:
+        if penalty == 1.0 or generated.shape[1] == 0:
+            return logits
+        recent = generated[:, -window:]
+        picked = logits.gather(1, recent)
+        picked = torch.where(picked < 0, picked * penalty, picked / penalty)
+        return logits.scatter(1, recent, picked)
+
+    return fn
+
+
+@torch.no_grad()
+def greedy(
+    model,
+    prompts: Sequence[str] | dict[str, Tensor],
+    max_new_tokens: int,
+    stop_ids: Sequence[int] | None = None,
+    logits_fn: LogitsFn | None = None,
+    hooked: bool = False,
+    templated: bool = False,
+    batch_size: int = 16,
+) -> list[list[int]]:
+    """Greedy continuations (token ids, stop token excluded) for each prompt.
+
+    `prompts` are texts (tokenized with the model's BOS rule; `templated=True` for chat-formatted
+    text) or a pre-tokenized left-padded {input_ids, attention_mask}.
+    """
+    if isinstance(prompts, dict):
+        encs = [prompts]
+    else:
+        texts = list(prompts)
+        encs = [model.tokenize(texts[i : i + batch_size], padding_side="left", templated=templated)
+                for i in range(0, len(texts), batch_size)]
+    stop = set(stop_ids if stop_ids is not None else _stop_ids(model))
+    out: list[list[int]] = []
+    for enc in encs:
+        out += _greedy_batch(model, enc["input_ids"], enc["attention_mask"], max_new_tokens, stop, logits_fn, hooked)
+    return out
+
+
+def _stop_ids(model) -> list[int]:
+    tok = model.tokenizer
+    ids = {tok.eos_token_id} if tok.eos_token_id is not None else set()
+    for t in ("<|im_end|>", "<end_of_turn>", "<|eot_id|>"):
+        i = tok.convert_tokens_to_ids(t)
+        if isinstance(i, int) and i != tok.unk_token_id:
+            ids.add(i)
+    return sorted(ids)
+
+
+def _greedy_batch(model, ids: Int[Tensor, "b p"], mask: Int[Tensor, "b p"], max_new: int, stop: set[int],
+                  logits_fn: LogitsFn | None, hooked: bool) -> list[list[int]]:
+    ids, mask = ids.to(model.device), mask.to(model.device)
+    b = ids.shape[0]
+    gen = torch.empty(b, 0, dtype=torch.long, device=ids.device)
+    done = torch.zeros(b, dtype=torch.bool, device=ids.device)
+    past = None
+    cur_ids, cur_mask = ids, mask
+    for _ in range(max_new):
+        if hooked:
+            logits = model.forward(torch.cat([ids, gen], 1), cur_mask)[:, -1]
+        else:
+            pos = (cur_mask.long().cumsum(-1) - 1).clamp(min=0)
+            step_pos = pos if past is None else pos[:, -1:]
+            o = model.hf(input_ids=cur_ids, attention_mask=cur_mask, position_ids=step_pos,
+                         past_key_values=past, use_cache=True)
+            past, logits = o.past_key_values, o.logits[:, -1]
+        logits = logits.float()
+        if logits_fn is not None:
+            logits = logits_fn(gen, logits)
+        nxt = logits.argmax(-1)
+        nxt = torch.where(done, torch.full_like(nxt, next(iter(stop), 0)), nxt)
+        gen = torch.cat([gen, nxt[:, None]], 1)
+        done |= torch.isin(nxt, torch.tensor(sorted(stop), device=nxt.device)) if stop else done
+        cur_mask = torch.cat([cur_mask, torch.ones(b, 1, dtype=cur_mask.dtype, device=cur_mask.device)], 1)
+        cur_ids = nxt[:, None]
+        if bool(done.all()):
+            break
+    result = []
+    for row in gen.tolist():
+        cut = next((i for i, t in enumerate(row) if t in stop), len(row))
+        result.append(row[:cut])
+    return result
+
+
+@torch.no_grad()
+def token_nll(model, input_ids: Int[Tensor, "b p"], attention_mask: Int[Tensor, "b p"] | None = None,
+              hooked: bool = True) -> Float[Tensor, "b p-1"]:
+    """Per-token negative log-likelihood of tokens 1.. given the prefix (0 where masked)."""
+    input_ids = input_ids.to(model.device)
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    attention_mask = attention_mask.to(model.device)
+    if hooked:
+        logits = model.forward(input_ids, attention_mask)
+    else:
+        logits = model.hf(input_ids=input_ids, attention_mask=attention_mask).logits
+    logp = logits[:, :-1].float().log_softmax(-1)
+    nll = -logp.gather(-1, input_ids[:, 1:, None])[..., 0]
+    return nll * attention_mask[:, 1:]
+
+
+def perplexity(model, chunks: Sequence[Sequence[int]] | Tensor, batch_size: int = 8, hooked: bool = True) -> float:
+    """exp(mean NLL) over equal-length token chunks (no BOS added; position 0 is text)."""
+    ids = chunks if isinstance(chunks, Tensor) else torch.tensor([list(c) for c in chunks], dtype=torch.long)
+    total, n = 0.0, 0
+    for i in range(0, ids.shape[0], batch_size):
+        nll = token_nll(model, ids[i : i + batch_size], hooked=hooked)
+        total += float(nll.double().sum())
+        n += nll.numel()
+    value = math.exp(total / n)
+    if not math.isfinite(value):
+        from .errors import NumericError
+
+        raise NumericError("perplexity is not finite")
+    return value

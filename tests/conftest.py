@@ -1,0 +1,61 @@
+"""Shared fixtures: the embedded model (loaded once per session), a tiny random model, stores."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def model():
+    """SmolLM2-135M-Instruct through the default backend, shared by every test of the session."""
+    from interp.context import cached_model
+    from interp.registry import get_probe
+
+    return cached_model(get_probe("logit_lens").config({}))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A 2-layer random Llama (d_model 64) with SmolLM2's tokenizer, saved as a local model dir."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from interp.embedded import ensure_cached
+
+    src = ensure_cached("smollm2-135m")
+    tok = AutoTokenizer.from_pretrained(src)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    torch.manual_seed(0)
+    hf = LlamaForCausalLM(cfg)
+    out = tmp_path_factory.mktemp("tiny") / "tiny-llama"
+    hf.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_model_dir):
+    from interp.models import load_model
+
+    return load_model(str(tiny_model_dir), device="cpu")
+
+
+@pytest.fixture
+def out_dir(tmp_path) -> Path:
+    """An empty artifacts root."""
+    d = tmp_path / "artifacts"
+    d.mkdir()
+    return d
