@@ -85,6 +85,10 @@ class RunContext:
     def save_jsonl(self, name: str, rows: Iterable[Any]):
         return self.writer.save_jsonl(name, rows)
 
+    def save_dir(self, name: str, write):
+        """A directory artifact filled by write(tmp_dir), e.g. a SAELens SAE."""
+        return self.writer.save_dir(name, write)
+
     def log_metrics(self, **metrics: Any) -> None:
         self.writer.log_metrics(**metrics)
 

@@ -88,6 +88,16 @@ def check_name(name: str, what: str = "artifact name") -> str:
     return name
 
 
+def check_relpath(rel: str) -> str:
+    """An artifact path: a file name, or "directory/file" one level down (SAELens directories)."""
+    parts = rel.split("/") if isinstance(rel, str) else [rel]
+    if len(parts) > 2:
+        raise InterpError(f"artifact path {rel!r} is invalid: at most one directory level")
+    for part in parts:
+        check_name(part)
+    return rel
+
+
 # ============================================================================= writing
 
 
@@ -194,6 +204,30 @@ class RunWriter:
         self._record(filename)
         return self.path / filename
 
+    def save_dir(self, name: str, write: Callable[[Path], None]) -> Path:
+        """A directory artifact (e.g. a SAELens SAE: cfg.json + sae_weights.safetensors).
+
+        `write(tmp_dir)` fills a temporary directory, which is then moved into place; each of
+        its files is hashed as "name/file". Only safetensors and JSON files are allowed.
+        """
+        check_name(name)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=self.path))
+        try:
+            write(tmp)
+            files = sorted(p for p in tmp.rglob("*") if p.is_file())
+            for p in files:
+                if p.parent != tmp or not p.name.endswith(ARTIFACT_SUFFIXES):
+                    raise InterpError(f"directory artifact {name!r}: unexpected file {p.relative_to(tmp)}")
+            os.replace(tmp, self.path / name)
+        except BaseException:
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        for p in files:
+            self._record(f"{name}/{p.name}")
+        return self.path / name
+
     def save_file(self, filename: str, write: Callable[[Path], None]) -> Path:
         """An artifact written by `write(tmp_path)` (e.g. an SAE directory's files)."""
         if not filename.endswith(ARTIFACT_SUFFIXES):
@@ -293,7 +327,7 @@ def effective_status(manifest: dict[str, Any]) -> str:
 def verify_files(run_dir: Path, manifest: dict[str, Any]) -> None:
     """DamagedRun unless every listed file exists with its recorded sha256 and size."""
     for filename, meta in manifest.get("files", {}).items():
-        p = Path(run_dir) / check_name(filename)
+        p = Path(run_dir) / check_relpath(filename)
         if not p.is_file():
             raise DamagedRun(f"{run_dir}: {filename} is missing")
         if p.stat().st_size != meta.get("bytes") or sha256_file(p) != meta.get("sha256"):
@@ -381,7 +415,8 @@ class Run:
         return self.manifest.get("config") or {}
 
     def names(self, suffix: str) -> list[str]:
-        return sorted(f[: -len(suffix)] for f in self.manifest.get("files", {}) if f.endswith(suffix))
+        """Top-level artifacts with this suffix, without it (directory artifacts excluded)."""
+        return sorted(f[: -len(suffix)] for f in self.manifest.get("files", {}) if f.endswith(suffix) and "/" not in f)
 
     @property
     def tables(self) -> dict[str, Any]:
@@ -396,7 +431,13 @@ class Run:
             raise InterpError(
                 f"{self.path}: no artifact {filename!r} (has: {', '.join(self.manifest.get('files', {}))})"
             )
-        return self.path / check_name(filename)
+        return self.path / check_relpath(filename)
+
+    def dir_path(self, name: str) -> Path:
+        """The directory artifact `name` (e.g. to load a SAELens SAE from it)."""
+        if not any(f.startswith(name + "/") for f in self.manifest.get("files", {})):
+            raise InterpError(f"{self.path}: no directory artifact {name!r}")
+        return self.path / check_name(name)
 
     def table(self, name: str):
         import pandas as pd
