@@ -59,6 +59,18 @@ class Site:
         kind, _, layer = t.partition(".")
         return cls(kind, int(layer) if layer else None)
 
+    @classmethod
+    def from_tl_name(cls, name: str) -> "Site":
+        """The Site of a TransformerLens hook name ("blocks.6.hook_resid_post" -> resid_post.6)."""
+        import re
+
+        for kind, (template, _, _) in _SITES.items():
+            pattern = "^" + re.escape(template).replace(re.escape("{l}"), r"(\d+)") + "$"
+            m = re.match(pattern, name)
+            if m:
+                return cls(kind, int(m.group(1)) if m.groups() else None)
+        raise ValueError(f"hook name {name!r} is not a known site; known kinds: {', '.join(KINDS)}")
+
     def __str__(self) -> str:
         return self.kind if self.layer is None else f"{self.kind}.{self.layer}"
 
