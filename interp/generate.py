@@ -87,7 +87,7 @@ def _greedy_batch(model, ids: Int[Tensor, "b p"], mask: Int[Tensor, "b p"], max_
             pos = (cur_mask.long().cumsum(-1) - 1).clamp(min=0)
             step_pos = pos if past is None else pos[:, -1:]
             o = model.hf(input_ids=cur_ids, attention_mask=cur_mask, position_ids=step_pos,
-                         past_key_values=past, use_cache=True)
+                         past_key_values=past, use_cache=True, logits_to_keep=1)
             past, logits = o.past_key_values, o.logits[:, -1]
         logits = logits.float()
         if logits_fn is not None:
