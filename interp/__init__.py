@@ -21,6 +21,7 @@ from .registry import get_probe, probe, probes_available
 from .runner import run
 from .sites import Site
 from .store import Run, RunInfo, list_runs, load_run
+from .sweep import sweep
 
 _LAZY = {
     "load_model": "interp.models",

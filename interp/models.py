@@ -125,8 +125,10 @@ def set_cpu_threads() -> int:
     except ImportError:  # pragma: no cover
         pass
     n = max(1, min(n, physical))
-    if os.environ.get("INTERP_THREADS"):
-        n = int(os.environ["INTERP_THREADS"])
+    for var in ("INTERP_THREADS", "OMP_NUM_THREADS"):  # Ray sets OMP_NUM_THREADS to a task's CPUs
+        if os.environ.get(var, "").isdigit() and int(os.environ[var]) > 0:
+            n = int(os.environ[var])
+            break
     torch.set_num_threads(n)
     return n
 
