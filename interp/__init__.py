@@ -76,5 +76,6 @@ __all__ = [
     "probes_available",
     "run",
     "runs",
+    "sweep",
     *_LAZY,
 ]

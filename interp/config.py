@@ -41,6 +41,9 @@ class ProbeConfig:
 
     #: Field overrides per size; a subclass fills it. Explicit user values win over these.
     SIZE_PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
+    #: Backend capabilities the probe needs: site kinds it reads ("attn_rot_q") and ones it
+    #: modifies ("edit:attn_pattern"); see interp.sites.CAPABILITIES.
+    REQUIRES: ClassVar[tuple[str, ...]] = ()
 
     def validate(self) -> None:
         """Range checks beyond types; subclasses extend it (call super().validate())."""

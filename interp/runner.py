@@ -19,9 +19,21 @@ def prepare(probe: str, overrides: dict[str, Any] | None = None):
 
     spec = get_probe(probe)
     cfg = spec.config(overrides)
+    check_backend(spec.name, cfg)
     res = resolve_model(cfg.model)
     cfg.validate_for_model(model_n_layers(res))
     return spec, cfg
+
+
+def check_backend(probe: str, cfg) -> None:
+    """ConfigError naming the probe, the backend and what it lacks, before any model loads."""
+    from .errors import ConfigError
+    from .sites import CAPABILITIES
+
+    missing = [need for need in cfg.REQUIRES if need not in CAPABILITIES[cfg.backend]]
+    if missing:
+        raise ConfigError("backend", cfg.backend, f"probe {probe} needs {', '.join(missing)}, which the "
+                          f"{cfg.backend} backend lacks; use backend=tl")
 
 
 def env_info() -> dict[str, Any]:

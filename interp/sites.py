@@ -15,7 +15,7 @@ _SITES: dict[str, tuple[str, str, str]] = {
     "resid_pre": ("blocks.{l}.hook_resid_pre", "layer:in", "d_model"),
     "resid_mid": ("blocks.{l}.hook_resid_mid", "post_attention_layernorm:in", "d_model"),
     "resid_post": ("blocks.{l}.hook_resid_post", "layer:out", "d_model"),
-    "attn_in": ("blocks.{l}.ln1.hook_normalized", "input_layernorm:out", "d_model"),
+    "attn_in": ("blocks.{l}.ln1.hook_out", "input_layernorm:out", "d_model"),
     "attn_q": ("blocks.{l}.attn.hook_q", "q_proj:out", "head d_head"),
     "attn_k": ("blocks.{l}.attn.hook_k", "k_proj:out", "kv_head d_head"),
     "attn_v": ("blocks.{l}.attn.hook_v", "v_proj:out", "kv_head d_head"),
@@ -30,12 +30,20 @@ _SITES: dict[str, tuple[str, str, str]] = {
     "mlp_up": ("blocks.{l}.mlp.hook_pre_linear", "up_proj:out", "d_mlp"),
     "mlp_post": ("blocks.{l}.mlp.hook_post", "down_proj:in", "d_mlp"),
     "mlp_out": ("blocks.{l}.hook_mlp_out", "mlp:out", "d_model"),
-    "final": ("ln_final.hook_normalized", "norm:out", "d_model"),
+    "final": ("ln_final.hook_out", "norm:out", "d_model"),
     "logits": ("unembed.hook_out", "lm_head:out", "d_vocab"),
 }
 _PATTERN_KINDS = ("attn_scores", "attn_pattern")
 _GLOBAL_KINDS = ("embed", "final", "logits")
 KINDS = tuple(_SITES)
+
+#: What each backend can do: site kinds it hooks, and "edit:<kind>" for sites it can also modify.
+#: Probes list what they need in their config's REQUIRES; runs check it before any model loads.
+CAPABILITIES: dict[str, frozenset[str]] = {
+    "tl": frozenset(KINDS) | {f"edit:{k}" for k in KINDS},
+    "nnsight": frozenset(k for k in KINDS if k not in ("attn_rot_q", "attn_rot_k", "attn_scores"))
+    | {f"edit:{k}" for k in KINDS if k not in ("attn_rot_q", "attn_rot_k", "attn_scores", "attn_pattern")},
+}
 
 
 @dataclass(frozen=True, order=True)
