@@ -61,10 +61,15 @@ def _discover() -> None:
         importlib.import_module(f"probes.{info.name}")
 
 
+_DISCOVERED = False
+
+
 def probes_available() -> dict[str, ProbeSpec]:
     """All registered probes by name, in name order."""
-    if not _REGISTRY:
+    global _DISCOVERED
+    if not _DISCOVERED:  # not `if not _REGISTRY`: importing one probe package first must not hide the rest
         _discover()
+        _DISCOVERED = True
     return dict(sorted(_REGISTRY.items()))
 
 
