@@ -1,0 +1,143 @@
+"""Graph sawtooth attention and SLASH: do some layers rebuild a serialised graph's adjacency, and
+does moving attention-sink mass onto real keys in those layers help graph reasoning?
+
+Method: ../shared/methods/graph_sawtooth.md (paper arXiv 2605.10503, "SLASH the Sink", code
+liuyiming01/SLASH). This module is torch-free: the config, its sizes and its validation. The run
+itself is `probes.graph_sawtooth.probe:run`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from interp.config import ProbeConfig, check_range
+from interp.errors import ConfigError
+from interp.registry import probe
+
+TASKS = ("edge", "degree", "connectivity", "cycle")
+
+
+@probe("graph_sawtooth", run="probes.graph_sawtooth.probe:run", page="app.views.graph_sawtooth")
+@dataclass(frozen=True)
+class GraphSawtoothConfig(ProbeConfig):
+    """Graph sawtooth: layers whose attention rebuilds an edge list's adjacency, and SLASH on them."""
+
+    prompt_format: Literal["raw", "chat"] = "raw"
+    """raw: the prompt text as is; chat: wrapped in the model's chat template (empty system prompt)."""
+    n_nodes: tuple[int, int] = (8, 12)
+    """Inclusive range of the number of nodes of each synthetic graph."""
+    n_edges: tuple[int, int] = (12, 20)
+    """Inclusive range of edges per prompt (the cycle task sets its own: n_nodes - 3 .. n_nodes - 1)."""
+    n_select: int = 30
+    """Prompts whose attention is captured for the structure scores, the nulls and the entropy."""
+    n_cal: int = 40
+    """Calibration prompts (balanced over tasks) for the gamma sweep."""
+    n_test: int = 80
+    """Test prompts (balanced over tasks) for base / SLASH / random-layer accuracy."""
+    tasks: tuple[str, ...] = TASKS
+    """Any of edge, degree, connectivity, cycle."""
+    binarize: Literal["topk", "threshold"] = "topk"
+    """topk: the |M| largest ROI values (the paper); threshold: values >= 10 % of the min-max range."""
+    max_shift: int = 2
+    """Span shifts -max_shift..+max_shift searched by the concentration score."""
+    n_null: int = 20
+    """Segment-shuffled template draws (the null of both structure scores)."""
+    gammas: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8, 1.0)
+    """Sink factors swept on the calibration split (1.0 is the unmodified model and always included)."""
+    sink_offsets: tuple[int, ...] = (0,)
+    """Sink columns relative to the first real token (e.g. [0, 1, 2, 3] for StreamingLLM-style sinks)."""
+    n_random_layer_seeds: int = 3
+    """Random layer sets of size |S| drawn outside S for the control (median accuracy reported)."""
+    mode: Literal["per_layer"] = "per_layer"
+    """per_layer: heads averaged per layer for scoring and selection (per-head scores are always stored)."""
+    ppl_tokens: int = 4096
+    """Tokens of non-graph text (the built-in corpus) for the perplexity control."""
+    ppl_len: int = 128
+    """Tokens per perplexity sequence."""
+    ppl_data: str = "builtin:heldout"
+    """Non-graph text for the perplexity control: any `interp.data` source (default the held-out
+    split of the built-in corpus)."""
+    data: str | None = None
+    """Optional JSONL of {prompt, answer, candidates[, task]} rows (e.g. exported GraphWiz) replacing
+    the synthetic tasks; prompts must contain an edge list in one of the parsed formats."""
+    batch_size: int = 8
+    """Prompts per forward pass (left padding; the sink column comes from the attention mask)."""
+    n_roi_maps: int = 3
+    """Samples whose ROI maps (raw, binary, template) are stored for every layer."""
+    n_boot: int = 1000
+    """Bootstrap resamples of the test items for the accuracy intervals."""
+
+    SIZE_PRESETS = {
+        "micro": {
+            "n_nodes": [6, 8],
+            "n_edges": [8, 10],
+            "n_select": 4,
+            "n_cal": 4,
+            "n_test": 4,
+            "gammas": [0.6, 1.0],
+            "n_null": 4,
+            "n_random_layer_seeds": 1,
+            "ppl_tokens": 256,
+            "n_boot": 200,
+        },
+        "quick": {
+            "n_select": 10,
+            "n_cal": 8,
+            "n_test": 16,
+            "gammas": [0.4, 0.6, 1.0],
+            "n_null": 10,
+            "n_random_layer_seeds": 1,
+            "ppl_tokens": 1024,
+        },
+    }
+
+    @property
+    def gamma_grid(self) -> tuple[float, ...]:
+        """The swept gammas, ascending, 1.0 always among them."""
+        return tuple(sorted(set(self.gammas) | {1.0}))
+
+    def validate(self) -> None:
+        super().validate()
+        lo, hi = self.n_nodes
+        if not 3 <= lo <= hi <= 60:
+            raise ConfigError("n_nodes", list(self.n_nodes), "[lo, hi] with 3 <= lo <= hi <= 60")
+        elo, ehi = self.n_edges
+        if not 2 <= elo <= ehi:
+            raise ConfigError("n_edges", list(self.n_edges), "[lo, hi] with 2 <= lo <= hi")
+        if ehi > hi * (hi - 1) // 2 or elo > lo * (lo - 1) // 2 - 1:
+            raise ConfigError("n_edges", list(self.n_edges), f"edge counts that graphs on {lo}..{hi} nodes can hold")
+        check_range("n_select", self.n_select, 1, 100000)
+        if not self.tasks:
+            raise ConfigError("tasks", list(self.tasks), "a non-empty subset of " + ", ".join(TASKS))
+        for t in self.tasks:
+            if t not in TASKS:
+                raise ConfigError("tasks", t, "one of " + ", ".join(TASKS))
+        if len(set(self.tasks)) != len(self.tasks):
+            raise ConfigError("tasks", list(self.tasks), "each task at most once")
+        check_range("n_cal", self.n_cal, len(self.tasks), 100000)
+        check_range("n_test", self.n_test, len(self.tasks), 100000)
+        check_range("max_shift", self.max_shift, 0, 16)
+        check_range("n_null", self.n_null, 2, 10000)
+        if not self.gammas:
+            raise ConfigError("gammas", list(self.gammas), "a non-empty list of values in [0, 1]")
+        for g in self.gammas:
+            check_range("gammas", g, 0.0, 1.0)
+        if not self.sink_offsets or len(set(self.sink_offsets)) != len(self.sink_offsets):
+            raise ConfigError("sink_offsets", list(self.sink_offsets), "a non-empty list of distinct offsets >= 0")
+        for o in self.sink_offsets:
+            check_range("sink_offsets", o, 0, 64)
+        check_range("n_random_layer_seeds", self.n_random_layer_seeds, 1, 100)
+        check_range("ppl_len", self.ppl_len, 8, 8192)
+        check_range("ppl_tokens", self.ppl_tokens, self.ppl_len, 10_000_000)
+        if self.data is not None and not self.data.strip():
+            raise ConfigError("data", self.data, "null (synthetic graphs) or a JSONL file")
+        if not self.ppl_data.strip():
+            raise ConfigError("ppl_data", self.ppl_data, "builtin, builtin:heldout or a .txt / .jsonl file")
+        check_range("batch_size", self.batch_size, 1, 1024)
+        check_range("n_roi_maps", self.n_roi_maps, 0, self.n_select)
+        check_range("n_boot", self.n_boot, 10, 100000)
+
+    def validate_for_model(self, n_layers: int | None) -> None:
+        if n_layers is not None and n_layers < 2:
+            raise ConfigError("model", self.model, "a model with at least 2 layers (random-layer control)")
