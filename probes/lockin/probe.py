@@ -39,7 +39,9 @@ def run(cfg: LockinConfig, ctx: RunContext) -> None:
     ctx.log_timings(cache_s=round(time.perf_counter() - t0, 2), n_cached_tokens=problem.n_cached_tokens)
     sr = stiff_directions(problem, ctx.generator(2))  # 2. stiff directions of the broad loss
     ctx.log_timings(stiff_setup_s=round(sr.seconds, 2))
+    t0 = time.perf_counter()
     checks = instrument_checks(problem, sr, ctx.generator(3))  # B. HVP, PSD, Lanczos vs power, cache
+    ctx.log_timings(checks_s=round(time.perf_counter() - t0, 2))
     grid = model_grid(cfg.grid, cfg.k_stiff, cfg.lora_rank, cfg.lora_lr)
     logs = run_grid(problem, sr, grid, cfg, ctx)  # 1, 3, 4, 7. the runs, tracked online
     stats = across_runs(logs, grid, cfg)  # 5, 6, 7, 8. collapse, paradox, harm, projection, bifurcation

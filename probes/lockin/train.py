@@ -171,4 +171,4 @@ class AdamStepper:
         loss.backward()
         self.opt.step()
         self.sched.step()
-        return float(loss)
+        return float(loss.detach())
