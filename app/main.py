@@ -1,0 +1,48 @@
+"""The interp dashboard: `streamlit run app/main.py` (or `interp app`), reading runs under $INTERP_OUT.
+
+Navigation comes from the registry: the Runs home, a Sweeps page when `app.views.sweeps` exists
+(its `render(root)`), then one page per registered probe (its page module's `render(run)`, or the
+generic page). Every page reads only inside the artifacts root, through the store.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+try:
+    import app  # noqa: F401 - installed (pip install -e .)
+except ImportError:  # run from a checkout without installing: the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import streamlit as st
+
+from app import common
+from app.views import runs as runs_view
+from interp.registry import probes_available
+
+
+def _page(fn, title: str, url_path: str, **kw) -> st.Page:
+    fn.__name__ = f"page_{url_path or 'home'}"
+    return st.Page(fn, title=title, url_path=url_path, **kw)
+
+
+def main() -> None:
+    st.set_page_config(page_title="interp", page_icon=":material/biotech:", layout="wide")
+    root = common.artifacts_root()
+    specs = probes_available()
+    probe_pages = {
+        name: _page(lambda name=name: common.probe_page(name, root), name, name, icon=":material/science:")
+        for name in specs
+    }
+    home = _page(lambda: runs_view.render(root, probe_pages), "Runs", "runs", default=True, icon=":material/table:")
+    top = [home]
+    if importlib.util.find_spec("app.views.sweeps") is not None:
+        sweeps = importlib.import_module("app.views.sweeps")
+        top.append(_page(lambda: sweeps.render(root), "Sweeps", "sweeps", icon=":material/grid_view:"))
+    st.navigation({"": top, "Probes": list(probe_pages.values())}).run()
+
+
+main()

@@ -1,0 +1,1 @@
+"""Dashboard pages: `runs` (the home), `generic` (any run), and `<probe>.py` with `render(run)` per probe."""

@@ -1,0 +1,85 @@
+"""Fixtures of the dashboard tests: the fixture root of real runs, and an AppTest factory."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+from app_fixtures import (
+    APP,
+    DAMAGE,
+    Runs,
+    copy_run,
+    damage,
+    dead_pid,
+    edit_manifest,
+    new_run,
+    ref,
+    selected_probes,
+)
+
+from interp.runner import execute, prepare
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory, request) -> Runs:
+    """The fixture root described in app_fixtures.py; built once per session."""
+    base = tmp_path_factory.mktemp("dashboard")
+    root, outside = base / "artifacts", base / "outside"
+    root.mkdir()
+    outside.mkdir()
+    out = Runs(root)
+    for name in sorted(selected_probes()):
+        spec, cfg = prepare(name, {"size": "micro"})
+        model = request.getfixturevalue("model") if cfg.model == "smollm2-135m" else None
+        before = set((root / name).iterdir()) if (root / name).is_dir() else set()
+        try:
+            out.done[name] = ref(execute(spec, cfg, out=root, model=model, progress=False))
+        except Exception as e:  # noqa: BLE001 - recorded in the run; the page tests report it
+            out.errors[name] = f"{type(e).__name__}: {e}"
+            out.done[name] = ref(new_run(root, name, before))
+
+    src = root / out.done["logit_lens"]
+    spec, cfg = prepare("logit_lens", {"size": "micro", "max_tokens": 1})
+    before = set(src.parent.iterdir())
+    with pytest.raises(Exception, match="max_tokens"):
+        execute(spec, cfg, out=root, model=request.getfixturevalue("model"), progress=False)
+    out.failed = ref(new_run(root, "logit_lens", before))
+
+    host = socket.gethostname()
+    interrupted = copy_run(src, 0xA001)
+    edit_manifest(interrupted, status="running", finished=None, pid=dead_pid(), host=host)
+    out.interrupted = ref(interrupted)
+    running = copy_run(src, 0xA002)
+    edit_manifest(running, status="running", finished=None, pid=os.getpid(), host=host)
+    out.running = ref(running)
+    for i, kind in enumerate(DAMAGE):
+        d = copy_run(src, 0xD000 + i)
+        damage(d, kind, outside)
+        out.damaged[kind] = ref(d)
+
+    far = copy_run(src, 0xE001, parent=outside)
+    (root / "logit_lens" / far.name).symlink_to(far, target_is_directory=True)
+    out.outside = ref(root / "logit_lens" / far.name)
+    (root / "unregistered_probe").mkdir()
+    foreign = copy_run(src, 0xF001, parent=root / "unregistered_probe")
+    edit_manifest(foreign, probe="unregistered_probe")
+    out.foreign = ref(foreign)
+    return out
+
+
+@pytest.fixture
+def app_test(monkeypatch):
+    """app_test(root, run=None): the dashboard run once under AppTest with INTERP_OUT=root (and ?run=)."""
+    from streamlit.testing.v1 import AppTest
+
+    def make(root: Path, run: str | None = None) -> AppTest:
+        monkeypatch.setenv("INTERP_OUT", str(root))
+        at = AppTest.from_file(str(APP), default_timeout=60)
+        if run is not None:
+            at.query_params["run"] = run
+        return at.run()
+
+    return make
