@@ -1,0 +1,206 @@
+"""Keystone neurons: a tiny cross-task set whose removal collapses the model.
+
+Method: ../shared/methods/keystone.md (paper arXiv 2605.24846, code JxtGTG/keystone). This
+module is torch-free: the config, its sizes and its validation (the CLI checks a config before
+any heavy import). The run itself is `probes.keystone.probe:run`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from interp.config import ProbeConfig, check_range
+from interp.errors import ConfigError
+from interp.registry import probe
+
+NEURON_TYPES = ("fwd_up", "fwd_down", "attn_q", "attn_k", "attn_v", "attn_o")
+SFT_VARIANTS = ("keystone", "random", "full", "mask_keystone")
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    """Keystone-only fine-tuning against random-only and full fine-tuning (Step 7)."""
+
+    enable: bool = False
+    """Run the SFT comparison (a separate check: off in the core run, micro and quick)."""
+    mode: Literal["strict", "paper"] = "strict"
+    """strict: only the slices change (frozen entries restored after each step); paper: the released
+    code's masking (only q/k/v/o/up/down gradients masked; gate, norms, embeddings stay trainable)."""
+    lr: float = 2e-4
+    """AdamW learning rate, the same for every variant."""
+    epochs: int = 2
+    """Passes over the training examples."""
+    batch: int = 8
+    """Examples per optimizer step (gradient accumulation over micro_batch)."""
+    micro_batch: int = 8
+    """Examples per forward/backward (memory knob; the batch is accumulated)."""
+    warmup_frac: float = 0.03
+    """Linear warmup over this fraction of the steps, then cosine decay."""
+    weight_decay: float = 0.01
+    """AdamW decoupled weight decay."""
+    n_train: int = 80
+    """Training examples (two-step arithmetic word problems)."""
+    n_eval: int = 60
+    """Held-out examples scored by exact match of the final integer."""
+    max_len: int = 256
+    """Longest training sequence in tokens (longer ones are an error)."""
+    eval_batch: int = 20
+    """Held-out items decoded per batch (left padding, explicit position ids)."""
+    max_new_tokens: int = 32
+    """Greedy decoding budget for the held-out answers."""
+    variants: tuple[str, ...] = ("keystone", "random", "full")
+    """Any of keystone, random, full, mask_keystone."""
+
+
+@probe("keystone", run="probes.keystone.probe:run", page="app.views.keystone")
+@dataclass(frozen=True)
+class KeystoneConfig(ProbeConfig):
+    """Keystone neurons: a tiny prompt-independent set whose zeroing collapses the model."""
+
+    prompt_source: str = "builtin"
+    """"builtin" (four capability prompts plus generated disjoint groups) or a JSONL file of
+    {id, capability, prompt[, group]} rows."""
+    n_groups: int = 3
+    """Disjoint prompt groups (one prompt per capability each) for the stability measure."""
+    max_new_tokens: int = 192
+    """Greedy tokens generated per prompt (stops earlier at EOS / end of turn)."""
+    repetition_penalty: float = 1.1
+    """Penalty on tokens among the last `penalty_window` generated tokens (1.0 disables)."""
+    penalty_window: int = 64
+    """How many of the latest generated tokens the repetition penalty looks at."""
+    neuron_types: tuple[str, ...] = NEURON_TYPES
+    """Any subset of fwd_up, fwd_down, attn_q, attn_k, attn_v, attn_o."""
+    top_p: float = 0.005
+    """Fraction p of neurons per layer and type kept for each prompt."""
+    p_sweep: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02)
+    """Values of p re-selected from the recorded means (perplexity only); top_p is always included."""
+    selection_mode: Literal["per_layer", "global_per_type", "global"] = "per_layer"
+    """per_layer (the paper), global_per_type (one ranking per type), global (mixes type scales)."""
+    recording: Literal["teacher_forced", "per_step"] = "teacher_forced"
+    """teacher_forced: one pass per prompt; per_step: the paper's no-cache re-run per token (slow)."""
+    tf_check_tokens: int = 24
+    """Tokens of the first prompt recorded both ways for the equality check (always runs)."""
+    n_random_seeds: int = 5
+    """Matched random sets (sampled per cell from the non-keystone neurons); at least 5."""
+    n_highnorm_seeds: int = 3
+    """Matched sets sampled from each cell's highest-weight-norm non-keystone neurons."""
+    highnorm_pool_frac: float = 0.05
+    """High-norm pool per cell: the top max(5*count, ceil(frac*n)) neurons by weight norm."""
+    n_swap_seeds: int = 3
+    """Swap controls: random same-cell neurons' weight slices copied into the keystone slots."""
+    ppl_corpus: str = "builtin"
+    """"builtin" (the held-out split of the project's corpus) or a text/JSONL file."""
+    ppl_seqs: int = 16
+    """Perplexity sequences (raw text; position 0 is the first text token, or the BOS)."""
+    ppl_len: int = 128
+    """Tokens per perplexity sequence."""
+    massive_test_seqs: int = 4
+    """Sequences of the single-unit position-0 test (the first perplexity sequences)."""
+    massive_test_len: int = 32
+    """Tokens of each sequence in the single-unit position-0 test."""
+    task_suite: str = "builtin"
+    """"builtin" (addition, capitals, sequences) or a JSONL file of {task, prompt, answer} rows."""
+    task_items: int = 150
+    """Task-suite items, split evenly across the tasks."""
+    rope_pair_ablation: bool = False
+    """Also zero each ablated q/k dimension's RoPE partner (weight zeroing acts before RoPE)."""
+    ablation: bool = True
+    """Run the ablation conditions, controls and the position-0 mechanism (false: selection and SFT only)."""
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    """Keystone-only fine-tuning (see sft.*)."""
+
+    SIZE_PRESETS = {
+        "micro": {
+            "n_groups": 2,
+            "max_new_tokens": 16,
+            "tf_check_tokens": 8,
+            "p_sweep": [],
+            "ppl_seqs": 2,
+            "ppl_len": 32,
+            "n_highnorm_seeds": 1,
+            "n_swap_seeds": 1,
+            "task_items": 6,
+            "massive_test_seqs": 1,
+            "massive_test_len": 4,
+        },
+        "quick": {
+            "n_groups": 2,
+            "max_new_tokens": 48,
+            "tf_check_tokens": 8,
+            "p_sweep": [],
+            "ppl_seqs": 8,
+            "ppl_len": 64,
+            "n_highnorm_seeds": 1,
+            "n_swap_seeds": 1,
+            "task_items": 30,
+            "massive_test_len": 8,
+        },
+    }
+
+    @property
+    def sweep_ps(self) -> tuple[float, ...]:
+        """The p values of the sweep, the main p always among them, ascending."""
+        return tuple(sorted(set(self.p_sweep) | {self.top_p}))
+
+    def validate(self) -> None:
+        super().validate()
+        if not self.prompt_source.strip():
+            raise ConfigError("prompt_source", self.prompt_source, '"builtin" or a JSONL file')
+        check_range("n_groups", self.n_groups, 1, 10)
+        check_range("max_new_tokens", self.max_new_tokens, 2, 16000)
+        check_range("repetition_penalty", self.repetition_penalty, 1.0, 10.0)
+        check_range("penalty_window", self.penalty_window, 1, 100000)
+        if not self.neuron_types:
+            allowed = "a non-empty subset of " + ", ".join(NEURON_TYPES)
+            raise ConfigError("neuron_types", list(self.neuron_types), allowed)
+        for t in self.neuron_types:
+            if t not in NEURON_TYPES:
+                raise ConfigError("neuron_types", t, "one of " + ", ".join(NEURON_TYPES))
+        if len(set(self.neuron_types)) != len(self.neuron_types):
+            raise ConfigError("neuron_types", list(self.neuron_types), "each type at most once")
+        check_range("top_p", self.top_p, 0.0, 1.0, lo_open=True)
+        for p in self.p_sweep:
+            check_range("p_sweep", p, 0.0, 1.0, lo_open=True)
+        check_range("tf_check_tokens", self.tf_check_tokens, 2, 128)
+        if self.n_random_seeds < 5:
+            raise ConfigError("n_random_seeds", self.n_random_seeds, "at least 5 (the median of the random control)")
+        check_range("n_random_seeds", self.n_random_seeds, 5, 100)
+        check_range("n_highnorm_seeds", self.n_highnorm_seeds, 1, 100)
+        check_range("highnorm_pool_frac", self.highnorm_pool_frac, 0.0, 1.0, lo_open=True)
+        check_range("n_swap_seeds", self.n_swap_seeds, 1, 100)
+        if not self.ppl_corpus.strip():
+            raise ConfigError("ppl_corpus", self.ppl_corpus, '"builtin" or a text file')
+        check_range("ppl_seqs", self.ppl_seqs, 1, 100000)
+        check_range("ppl_len", self.ppl_len, 4, 131072)
+        check_range("massive_test_seqs", self.massive_test_seqs, 1, self.ppl_seqs)
+        check_range("massive_test_len", self.massive_test_len, 1, self.ppl_len)
+        if not self.task_suite.strip():
+            raise ConfigError("task_suite", self.task_suite, '"builtin" or a JSONL file')
+        check_range("task_items", self.task_items, 3, 100000)
+        s = self.sft
+        check_range("sft.lr", s.lr, 0.0, 1.0, lo_open=True)
+        check_range("sft.epochs", s.epochs, 1, 100)
+        check_range("sft.batch", s.batch, 1, 4096)
+        check_range("sft.micro_batch", s.micro_batch, 1, s.batch)
+        if s.batch % s.micro_batch:
+            raise ConfigError("sft.micro_batch", s.micro_batch, f"a divisor of sft.batch={s.batch}")
+        check_range("sft.warmup_frac", s.warmup_frac, 0.0, 1.0)
+        check_range("sft.weight_decay", s.weight_decay, 0.0, 1.0)
+        check_range("sft.n_train", s.n_train, 1, 100000)
+        check_range("sft.n_eval", s.n_eval, 1, 100000)
+        check_range("sft.max_len", s.max_len, 16, 131072)
+        check_range("sft.eval_batch", s.eval_batch, 1, 4096)
+        check_range("sft.max_new_tokens", s.max_new_tokens, 1, 4096)
+        if not s.variants:
+            raise ConfigError("sft.variants", list(s.variants), "a non-empty subset of " + ", ".join(SFT_VARIANTS))
+        for v in s.variants:
+            if v not in SFT_VARIANTS:
+                raise ConfigError("sft.variants", v, "one of " + ", ".join(SFT_VARIANTS))
+        if not s.enable and not self.ablation:
+            raise ConfigError("ablation", self.ablation, "true unless sft.enable is true (nothing would be measured)")
+
+    def n_selected(self, n: int, p: float | None = None) -> int:
+        """c = max(1, floor(n * p)): neurons kept per prompt in a cell of width n."""
+        return max(1, math.floor(n * (self.top_p if p is None else p) + 1e-9))

@@ -1,0 +1,135 @@
+"""Steps 3-4: top-p selection per prompt, intersection across prompts, stability across groups.
+
+A neuron set is a dict type -> bool array (n_layers, n_type). All functions here are pure numpy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from itertools import combinations
+
+import numpy as np
+import pandas as pd
+
+Means = Mapping[str, np.ndarray]
+"""type -> (n_layers, n) mean |activation| of one prompt."""
+Mask = dict[str, np.ndarray]
+"""type -> (n_layers, n) bool."""
+
+
+def n_keep(n: int, p: float) -> int:
+    """c = max(1, floor(n * p))."""
+    return max(1, math.floor(n * p + 1e-9))
+
+
+def top_c(values: np.ndarray, c: int) -> np.ndarray:
+    """Bool mask of the c largest entries along the last axis; ties go to the lower index."""
+    order = np.argsort(-values, axis=-1, kind="stable")[..., :c]
+    mask = np.zeros(values.shape, dtype=bool)
+    np.put_along_axis(mask, order, True, axis=-1)
+    return mask
+
+
+def select_prompt(means: Means, p: float, mode: str = "per_layer") -> Mask:
+    """S_pi: the prompt's top-p neurons (per layer and type, per type over layers, or globally)."""
+    if mode == "per_layer":
+        return {t: top_c(m.astype(np.float32), n_keep(m.shape[1], p)) for t, m in means.items()}
+    if mode == "global_per_type":
+        return {t: top_c(m.reshape(-1).astype(np.float32), n_keep(m.size, p)).reshape(m.shape)
+                for t, m in means.items()}
+    if mode == "global":
+        types = list(means)
+        flat = np.concatenate([means[t].reshape(-1) for t in types]).astype(np.float32)
+        keep = top_c(flat, n_keep(flat.size, p))
+        out, start = {}, 0
+        for t in types:
+            size = means[t].size
+            out[t] = keep[start : start + size].reshape(means[t].shape)
+            start += size
+        return out
+    raise ValueError(f"selection_mode {mode!r}: per_layer, global_per_type or global")
+
+
+def intersect(sets: Sequence[Mask]) -> Mask:
+    return {t: np.logical_and.reduce([s[t] for s in sets]) for t in sets[0]}
+
+
+def union(sets: Sequence[Mask]) -> Mask:
+    return {t: np.logical_or.reduce([s[t] for s in sets]) for t in sets[0]}
+
+
+def count(mask: Mask) -> int:
+    return int(sum(m.sum() for m in mask.values()))
+
+
+def keystone(prompt_means: Sequence[Means], p: float, mode: str = "per_layer") -> tuple[Mask, list[Mask]]:
+    """K = the intersection over prompts of their top-p sets; also returns the per-prompt sets."""
+    per_prompt = [select_prompt(m, p, mode) for m in prompt_means]
+    return intersect(per_prompt), per_prompt
+
+
+def cells_frame(p: float, per_prompt: Sequence[Mask]) -> pd.DataFrame:
+    """p, type, layer, n, c, n_intersection, n_union, overlap (= |cap| / |cup|) per cell."""
+    inter, uni = intersect(per_prompt), union(per_prompt)
+    rows = []
+    for t, m in inter.items():
+        for layer in range(m.shape[0]):
+            nu = int(uni[t][layer].sum())
+            ni = int(m[layer].sum())
+            rows.append({"p": p, "type": t, "layer": layer, "n": int(m.shape[1]),
+                         "c": int(per_prompt[0][t][layer].sum()), "n_intersection": ni, "n_union": nu,
+                         "overlap": ni / nu if nu else float("nan")})
+    return pd.DataFrame(rows)
+
+
+def iou(a: Mask, b: Mask) -> float:
+    inter = sum(int((a[t] & b[t]).sum()) for t in a)
+    uni = sum(int((a[t] | b[t]).sum()) for t in a)
+    return inter / uni if uni else float("nan")
+
+
+def iou_chance(a: Mask, b: Mask) -> float:
+    """Expected IoU of random sets with the same per-cell sizes: sum E|cap| / (sum(a+b) - sum E|cap|)."""
+    e_inter, total = 0.0, 0
+    for t in a:
+        n = a[t].shape[1]
+        ca, cb = a[t].sum(1), b[t].sum(1)
+        e_inter += float((ca * cb).sum()) / n
+        total += int(ca.sum() + cb.sum())
+    denom = total - e_inter
+    return e_inter / denom if denom > 0 else float("nan")
+
+
+def stability(group_sets: Mapping[int, Mask]) -> pd.DataFrame:
+    """group_a, group_b, iou, iou_chance for every pair of groups."""
+    rows = [{"group_a": g, "group_b": h, "iou": iou(group_sets[g], group_sets[h]),
+             "iou_chance": iou_chance(group_sets[g], group_sets[h])}
+            for g, h in combinations(sorted(group_sets), 2)]
+    return pd.DataFrame(rows, columns=["group_a", "group_b", "iou", "iou_chance"])
+
+
+def units(mask: Mask) -> list[tuple[str, int, int]]:
+    """(type, layer, index) triples of a set, in type, layer, index order."""
+    out = []
+    for t, m in mask.items():
+        for layer, idx in zip(*np.nonzero(m)):
+            out.append((t, int(layer), int(idx)))
+    return out
+
+
+def from_units(triples: Sequence[tuple[str, int, int]], like: Mask) -> Mask:
+    out = {t: np.zeros_like(m) for t, m in like.items()}
+    for t, layer, i in triples:
+        out[t][layer, i] = True
+    return out
+
+
+def mlp_effective(mask: Mask) -> int:
+    """Distinct MLP units: the union of fwd_up and fwd_down indices per layer, summed."""
+    up, down = mask.get("fwd_up"), mask.get("fwd_down")
+    if up is None and down is None:
+        return 0
+    if up is None or down is None:
+        return int((up if down is None else down).sum())
+    return int((up | down).sum())

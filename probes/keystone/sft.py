@@ -1,0 +1,279 @@
+"""Step 7: keystone-only fine-tuning by gradient masking, against random-only and full fine-tuning.
+
+Modes:
+- strict (default): parameters without trainable entries get requires_grad=False; q/k/v/o/up/down
+  gradients are multiplied by the slice mask after backward; after every AdamW step the frozen
+  entries are copied back from the originals (decoupled weight decay would shrink them otherwise).
+  At the end every frozen entry is compared bitwise with the original (`mask_exact`).
+- paper: the released code's masking. Only the q/k/v/o/up/down gradients are masked; gate_proj,
+  norms, embeddings and lm_head stay trainable and weight decay is not masked (a known caveat:
+  "keystone-only" then also trains everything outside the six projection types).
+
+Every variant starts from the original weights, which are restored exactly afterwards.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+
+from interp.generate import greedy, perplexity
+
+from . import SFTConfig
+from .data import SFTItem, final_integer
+from .neurons import SPECS, SliceMap
+from .record import ROLE_USER, prompt_text
+from .selection import Mask
+
+
+def completion_text(model, question: str, solution: str) -> tuple[str, str]:
+    """(prompt, completion): chat template with an explicit empty system message, else plain roles."""
+    prompt = prompt_text(model, question, system="")
+    if model.info.chat:
+        full = model.chat_text(question, system="", assistant=solution)
+        if not full.startswith(prompt):  # pragma: no cover - templates that rewrite the prompt part
+            raise ValueError("the chat template's assistant turn does not extend its generation prompt")
+        return prompt, full[len(prompt) :]
+    return prompt, " " + solution + "\n"
+
+
+def encode(model, items: Sequence[SFTItem], max_len: int) -> list[tuple[list[int], int]]:
+    """(token ids, prompt length) per example; the loss covers only the tokens after the prompt."""
+    out = []
+    chat = model.info.chat
+    for it in items:
+        prompt, completion = completion_text(model, it.question, it.solution)
+        p_ids = model.tokenize(prompt, templated=chat)["input_ids"][0].tolist()
+        c_ids = model.tokenize(completion, templated=True)["input_ids"][0].tolist()
+        if not model.info.chat and model.tokenizer.eos_token_id is not None:
+            c_ids = c_ids + [model.tokenizer.eos_token_id]
+        ids = p_ids + c_ids
+        if len(ids) > max_len:
+            raise ValueError(f"an SFT example has {len(ids)} tokens, more than sft.max_len={max_len}")
+        out.append((ids, len(p_ids)))
+    return out
+
+
+def accuracy(model, items: Sequence[SFTItem], cfg: SFTConfig) -> float:
+    """Batched greedy answers (left padding, explicit positions); exact match of the final integer."""
+    prompts = [prompt_text(model, it.question, system="") for it in items]
+    outs = greedy(model, prompts, cfg.max_new_tokens, hooked=False, templated=model.info.chat,
+                  batch_size=cfg.eval_batch)
+    hits = []
+    for it, ids in zip(items, outs):
+        text = model.tokenizer.decode(ids, skip_special_tokens=True)
+        text = text.split("\n" + ROLE_USER, 1)[0]
+        hits.append(final_integer(text) == it.answer)
+    return float(np.mean(hits))
+
+
+# ----------------------------------------------------------------------------- masks
+
+
+def slice_masks(model, smap: SliceMap, mask: Mask, complement: bool = False, all_layers: bool = False
+                ) -> dict[str, Tensor]:
+    """param name -> bool mask of its trainable entries (the slices of `mask`; `complement` inverts them).
+
+    Only parameters of the six projection types appear; `all_layers` includes those with no slice."""
+    params = dict(model.hf.named_parameters())
+    out: dict[str, Tensor] = {}
+    for t, m in mask.items():
+        dim = SPECS[t].dim
+        for layer in range(m.shape[0]):
+            idx = np.flatnonzero(m[layer])
+            if not len(idx) and not (all_layers or complement):
+                continue
+            names = [(smap.weight_name(t, layer), dim)]
+            if smap.bias_name(t, layer):
+                names.append((smap.bias_name(t, layer), 0))
+            for name, d in names:
+                p = params[name]
+                sel = torch.zeros(p.shape, dtype=torch.bool, device=p.device)
+                ids = torch.as_tensor(idx, dtype=torch.long, device=p.device)
+                if d == 0:
+                    sel[ids] = True
+                else:
+                    sel[:, ids] = True
+                out[name] = out[name] | sel if name in out else sel
+    if complement:
+        out = {k: ~v for k, v in out.items()}
+    return out
+
+
+def _all_type_params(model, smap: SliceMap, types: Sequence[str]) -> set[str]:
+    names = set()
+    for t in types:
+        for layer in range(model.info.n_layers):
+            names.add(smap.weight_name(t, layer))
+            if smap.bias_name(t, layer):
+                names.add(smap.bias_name(t, layer))
+    return names
+
+
+@dataclass
+class Plan:
+    """Which entries a variant trains: fully trainable parameters, and masked ones."""
+
+    full: set[str]
+    masked: dict[str, Tensor]
+
+    def entries(self, params: dict[str, Tensor]) -> int:
+        return sum(params[n].numel() for n in self.full) + sum(int(m.sum()) for m in self.masked.values())
+
+
+def plan(model, smap: SliceMap, variant: str, mode: str, key: Mask, rand: Mask) -> Plan:
+    params = dict(model.hf.named_parameters())
+    every = set(params)
+    six = _all_type_params(model, smap, list(key))
+    if variant == "full":
+        return Plan(every, {})
+    target = rand if variant == "random" else key
+    complement = variant == "mask_keystone"
+    if mode == "strict":
+        masked = slice_masks(model, smap, target, complement=complement)
+        full = (every - six) if complement else set()
+        return Plan(full, {n: m for n, m in masked.items() if n not in full})
+    # paper: gradients of all q/k/v/o/up/down parameters masked; everything else trainable
+    masked = slice_masks(model, smap, target, complement=complement, all_layers=True)
+    return Plan(every - set(masked), masked)
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def lr_lambda(total: int, warmup: int):
+    """Linear warmup then cosine decay to 0 (the HF schedule the released code uses)."""
+
+    def f(step: int) -> float:
+        if step < warmup:
+            return step / max(1, warmup)
+        progress = (step - warmup) / max(1, total - warmup)
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return f
+
+
+def _batch(examples: Sequence[tuple[list[int], int]], pad_id: int, device) -> tuple[Tensor, Tensor, Tensor]:
+    """Right-padded ids, attention mask and the completion-token mask of the targets (tokens 1..)."""
+    width = max(len(ids) for ids, _ in examples)
+    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    att = torch.zeros(len(examples), width, dtype=torch.long)
+    tgt = torch.zeros(len(examples), width - 1, dtype=torch.bool)
+    for r, (x, n_prompt) in enumerate(examples):
+        ids[r, : len(x)] = torch.tensor(x)
+        att[r, : len(x)] = 1
+        tgt[r, n_prompt - 1 : len(x) - 1] = True  # predictions of tokens n_prompt..len-1
+    return ids.to(device), att.to(device), tgt.to(device)
+
+
+def train(model, pl: Plan, mode: str, examples: Sequence[tuple[list[int], int]], cfg: SFTConfig,
+          originals: dict[str, Tensor], gen: torch.Generator, progress=None) -> tuple[list[dict], int]:
+    """AdamW with warmup + cosine, gradient accumulation to cfg.batch; returns the curve and the steps."""
+    params = dict(model.hf.named_parameters())
+    trainable = [n for n in params if n in pl.full or n in pl.masked]
+    for n in trainable:
+        params[n].requires_grad_(True)
+    opt = torch.optim.AdamW([params[n] for n in trainable], lr=cfg.lr, weight_decay=cfg.weight_decay)
+    steps_per_epoch = math.ceil(len(examples) / cfg.batch)
+    total = steps_per_epoch * cfg.epochs
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(total, math.ceil(cfg.warmup_frac * total)))
+    pad = model.tokenizer.pad_token_id if model.tokenizer.pad_token_id is not None else 0
+    use_amp = str(model.device).startswith("cuda")
+    curve, step = [], 0
+    bar = progress(range(total), desc="sft") if progress else None
+    try:
+        for _ in range(cfg.epochs):
+            order = torch.randperm(len(examples), generator=gen).tolist()
+            for s in range(steps_per_epoch):
+                batch = [examples[i] for i in order[s * cfg.batch : (s + 1) * cfg.batch]]
+                n_tok = sum(len(x) - n for x, n in batch)
+                total_loss = 0.0
+                for m in range(0, len(batch), cfg.micro_batch):
+                    ids, att, tgt = _batch(batch[m : m + cfg.micro_batch], pad, model.device)
+                    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_amp):
+                        logits = model.hf(input_ids=ids, attention_mask=att).logits[:, :-1]
+                    lp = logits.float().log_softmax(-1)
+                    nll = -lp.gather(-1, ids[:, 1:, None])[..., 0]
+                    loss = (nll * tgt).sum() / n_tok
+                    loss.backward()
+                    total_loss += float(loss.detach())
+                with torch.no_grad():
+                    for n, mask in pl.masked.items():
+                        if params[n].grad is not None:
+                            params[n].grad.mul_(mask)
+                lr = opt.param_groups[0]["lr"]
+                opt.step()
+                sched.step()
+                opt.zero_grad(set_to_none=True)
+                if mode == "strict":
+                    with torch.no_grad():
+                        for n, mask in pl.masked.items():
+                            params[n].copy_(torch.where(mask, params[n], originals[n]))
+                curve.append({"step": step, "loss": total_loss, "lr": lr})
+                step += 1
+                if bar is not None:
+                    bar.update(1)
+    finally:
+        for n in trainable:
+            params[n].requires_grad_(False)
+            params[n].grad = None
+        if bar is not None:
+            bar.close()
+    return curve, step
+
+
+def frozen_unchanged(model, pl: Plan, originals: dict[str, Tensor]) -> bool:
+    """Every entry the plan does not train equals its original bit for bit."""
+    for n, p in model.hf.named_parameters():
+        if n in pl.full:
+            continue
+        if n in pl.masked:
+            keep = ~pl.masked[n]
+            if not torch.equal(p.detach()[keep], originals[n][keep]):
+                return False
+        elif not torch.equal(p.detach(), originals[n]):
+            return False
+    return True
+
+
+@torch.no_grad()
+def restore(model, originals: dict[str, Tensor]) -> None:
+    for n, p in model.hf.named_parameters():
+        p.copy_(originals[n])
+
+
+def run_sft(model, smap: SliceMap, key: Mask, rand: Mask, cfg: SFTConfig, train_items, eval_items,
+            ppl_chunks: Tensor, ppl_batch: int, seed: int, progress=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Train every variant from the original weights; accuracy and broad perplexity before and after."""
+    params = dict(model.hf.named_parameters())
+    total_params = sum(p.numel() for p in params.values())
+    originals = {n: p.detach().clone() for n, p in params.items()}
+    examples = encode(model, train_items, cfg.max_len)
+    acc_before = accuracy(model, eval_items, cfg)
+    ppl_before = perplexity(model, ppl_chunks, batch_size=ppl_batch, hooked=False)
+    rows, curves = [], []
+    try:
+        for v in cfg.variants:
+            pl = plan(model, smap, v, cfg.mode, key, rand)
+            gen = torch.Generator().manual_seed(seed * 1_000_003 + 17)  # same data order for every variant
+            curve, steps = train(model, pl, cfg.mode, examples, cfg, originals, gen, progress)
+            exact = frozen_unchanged(model, pl, originals)
+            acc_after = accuracy(model, eval_items, cfg)
+            ppl_after = perplexity(model, ppl_chunks, batch_size=ppl_batch, hooked=False)
+            entries = pl.entries(params)
+            rows.append({"variant": v, "mode": cfg.mode, "trainable_entries": entries,
+                         "trainable_fraction": entries / total_params, "task_acc_before": acc_before,
+                         "task_acc_after": acc_after, "gain": acc_after - acc_before, "ppl_before": ppl_before,
+                         "ppl_after": ppl_after, "ppl_ratio": ppl_after / ppl_before, "steps": steps, "lr": cfg.lr,
+                         "mask_exact": exact})
+            curves += [{"variant": v, **c} for c in curve]
+            restore(model, originals)
+    finally:
+        restore(model, originals)
+    return pd.DataFrame(rows), pd.DataFrame(curves, columns=["variant", "step", "loss", "lr"])
