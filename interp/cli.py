@@ -266,6 +266,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("interp: interrupted\n")
         return 130
+    except Exception as e:  # noqa: BLE001 - a failed run: one line (the manifest keeps the error)
+        if os.environ.get("INTERP_DEBUG"):
+            raise
+        sys.stderr.write(f"interp: failed: {type(e).__name__}: {_one_line(str(e))} (INTERP_DEBUG=1 for a traceback)\n")
+        return 1
 
 
 def _one_line(text: str) -> str:

@@ -121,7 +121,10 @@ class RunWriter:
         """A new run directory, made with an exclusive mkdir (a collision retries)."""
         check_name(probe, "probe name")
         parent = Path(root) / probe
-        parent.mkdir(parents=True, exist_ok=True)
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise InterpError(f"cannot create the run directory under {parent}: {e.strerror or e}") from None
         for _ in range(100):
             stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
             run_id = f"{stamp}-{config_hash[:8]}-{secrets.token_hex(2)}"
