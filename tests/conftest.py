@@ -60,3 +60,23 @@ def out_dir(tmp_path) -> Path:
     d = tmp_path / "artifacts"
     d.mkdir()
     return d
+
+
+@pytest.fixture(scope="session")
+def micro_runs(tmp_path_factory, model):
+    """probe name -> run directory of its `micro` size on the embedded model, made once per session
+    on first use (shared by the app, determinism and backend tests)."""
+    from interp.runner import execute, prepare
+
+    root = tmp_path_factory.mktemp("micro-runs")
+    made: dict[str, Path] = {}
+
+    def get(probe: str) -> Path:
+        if probe not in made:
+            spec, cfg = prepare(probe, {"size": "micro"})
+            made[probe] = execute(spec, cfg, out=root, model=model if cfg.model == "smollm2-135m" else None,
+                                  progress=False)
+        return made[probe]
+
+    get.root = root
+    return get

@@ -161,13 +161,12 @@ def _probes_on_both_backends():
 
 
 @pytest.mark.parametrize("probe", _probes_on_both_backends())
-def test_probe_micro_metrics_equal_across_backends(probe, model, nn_model, tmp_path):
+def test_probe_micro_metrics_equal_across_backends(probe, model, nn_model, micro_runs, tmp_path):
     """Every probe whose needs the nnsight backend meets gives the same micro metrics on it."""
     from interp.runner import execute, prepare
     from interp.store import load_run
 
-    metrics = []
-    for backend, m in (("tl", model), ("nnsight", nn_model)):
-        spec, cfg = prepare(probe, {"backend": backend, "size": "micro"})
-        metrics.append(load_run(execute(spec, cfg, out=tmp_path / backend, model=m, progress=False)).metrics)
-    _float_equal(metrics[0], metrics[1], probe)
+    tl = load_run(micro_runs(probe)).metrics
+    spec, cfg = prepare(probe, {"backend": "nnsight", "size": "micro"})
+    nn = load_run(execute(spec, cfg, out=tmp_path, model=nn_model, progress=False)).metrics
+    _float_equal(tl, nn, probe)
