@@ -1,0 +1,232 @@
+"""Text sources for probes: the built-in corpus, `.txt` / `.jsonl` files, and HF datasets when online.
+
+Torch-free at import time (`datasets` is imported only when an HF dataset is actually requested).
+
+Sources accepted by `load_texts`:
+
+* ``builtin`` (= ``builtin:train``), ``builtin:heldout``, ``builtin:all``: the project's own corpus
+  (`interp.corpora`); every `HELDOUT_EVERY`-th document is held out, so train and held-out are disjoint and fixed.
+* ``path/to/file.txt``: UTF-8 text, one document per paragraph (paragraphs separated by blank lines).
+* ``path/to/file.jsonl`` or ``path/to/file.jsonl:FIELD``: one JSON object per line, text in ``"text"`` or FIELD.
+* ``hf:NAME[:CONFIG]``, or a bare ``NAME[:CONFIG]`` that is not a file: a Hugging Face dataset (its ``train``
+  split, field ``text``, the first `HF_MAX_DOCS` documents, streamed), only when ``INTERP_ONLINE=1``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from interp import corpora
+from interp.errors import ConfigError
+
+SPLITS = ("train", "heldout", "all")
+HELDOUT_EVERY = 10
+SEPARATOR = "\n\n"
+SUFFIXES = (".txt", ".jsonl")
+HF_MAX_DOCS = 10_000
+ALLOWED = ("builtin, builtin:heldout, builtin:all, a .txt or .jsonl[:field] file, "
+           "or an HF dataset name with INTERP_ONLINE=1")
+
+_JSONL_FIELD = re.compile(r"^(?P<path>.+\.jsonl):(?P<field>[A-Za-z0-9_.\-]+)$")
+
+
+class DuplicateDocumentsWarning(UserWarning):
+    """Some documents of a source were exact duplicates and were dropped."""
+
+
+def is_heldout(index: int) -> bool:
+    """Whether the built-in document at `index` belongs to the held-out split."""
+    return index % HELDOUT_EVERY == HELDOUT_EVERY - 1
+
+
+def builtin_corpus(split: str = "train", seed: int = 0) -> list[str]:
+    """Documents of the built-in corpus: hand-written paragraphs followed by generated documents.
+
+    `split` is "train", "heldout" (every `HELDOUT_EVERY`-th document, about 10%) or "all". The paragraphs are the
+    same for every seed; `seed` only changes the generated documents.
+    """
+    if split not in SPLITS:
+        raise ConfigError("split", split, "one of " + ", ".join(SPLITS))
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ConfigError("seed", seed, "an integer")
+    docs = corpora.documents(seed)
+    if split == "all":
+        return list(docs)
+    want_heldout = split == "heldout"
+    return [d for i, d in enumerate(docs) if is_heldout(i) == want_heldout]
+
+
+def corpus_text(split: str = "train", seed: int = 0) -> str:
+    """The documents of `builtin_corpus(split, seed)` joined by blank lines."""
+    return SEPARATOR.join(builtin_corpus(split, seed))
+
+
+def load_texts(source: str, *, seed: int = 0) -> list[str]:
+    """Documents from `source` (see the module docstring); empty documents and exact duplicates are dropped."""
+    if not isinstance(source, str) or not source.strip():
+        raise ConfigError("data", source, ALLOWED)
+    if source == "builtin" or source.startswith("builtin:"):
+        return builtin_corpus(_builtin_split(source), seed)
+    if source.startswith("hf:"):
+        return _load_hf(source, source[3:])
+    path, field = _path_and_field(source)
+    if path.exists():
+        return _load_file(source, path, field)
+    if path.suffix.lower() in SUFFIXES:
+        raise ConfigError("data", source, f"no such file: {path}")
+    if os.environ.get("INTERP_ONLINE") == "1":
+        return _load_hf(source, source)
+    raise ConfigError("data", source, f"no such file, and HF dataset names need INTERP_ONLINE=1; allowed: {ALLOWED}")
+
+
+def token_chunks(tokenizer: Any, texts: Sequence[str], n_seqs: int, seq_len: int) -> list[list[int]]:
+    """`n_seqs` contiguous chunks of exactly `seq_len` token ids from `texts`.
+
+    Each text is tokenized without special tokens (the caller decides about BOS), the texts are concatenated with
+    the tokens of "\\n\\n" between them, and the stream is cut from the start; texts past what is needed are not
+    tokenized. `tokenizer` needs an `encode(text, add_special_tokens=False)` method (any HF tokenizer).
+    """
+    for field, value in (("n_seqs", n_seqs), ("seq_len", seq_len)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(field, value, "a positive integer")
+    need = n_seqs * seq_len
+    sep = _encode(tokenizer, SEPARATOR)
+    stream: list[int] = []
+    for i, text in enumerate(texts):
+        if i:
+            stream.extend(sep)
+        stream.extend(_encode(tokenizer, text))
+        if len(stream) >= need:
+            break
+    if len(stream) < need:
+        raise ConfigError("data", f"{len(texts)} documents",
+                          f"only {len(stream):,} tokens are available but {need:,} are needed "
+                          f"(n_seqs={n_seqs} x seq_len={seq_len}); use more text or fewer or shorter sequences")
+    return [stream[i * seq_len:(i + 1) * seq_len] for i in range(n_seqs)]
+
+
+def corpus_info(source: str, *, seed: int = 0, texts: Sequence[str] | None = None) -> dict[str, Any]:
+    """Name, document count, size and sha256 of a source, for run manifests.
+
+    The sha256 is over the documents joined by blank lines, as the probes see them (so for "builtin:all" it equals
+    `interp.corpora.corpus_sha256(seed)`). Pass `texts` to describe already-loaded documents without reloading.
+    """
+    if texts is None:
+        texts = load_texts(source, seed=seed)
+    joined = SEPARATOR.join(texts)
+    info: dict[str, Any] = {"name": source, "n_docs": len(texts), "n_chars": len(joined),
+                            "sha256": hashlib.sha256(joined.encode("utf-8")).hexdigest()}
+    if source == "builtin" or source.startswith("builtin:"):
+        split = _builtin_split(source)
+        info.update(name=f"builtin:{split}", split=split, seed=seed, version=corpora.VERSION)
+    return info
+
+
+def _builtin_split(source: str) -> str:
+    split = source.partition(":")[2] or "train"
+    if split not in SPLITS:
+        raise ConfigError("data", source, "builtin, builtin:train, builtin:heldout or builtin:all")
+    return split
+
+
+def _path_and_field(source: str) -> tuple[Path, str]:
+    match = _JSONL_FIELD.match(source)
+    if match and not Path(source).exists():
+        return Path(match["path"]).expanduser(), match["field"]
+    return Path(source).expanduser(), "text"
+
+
+def _load_file(source: str, path: Path, field: str) -> list[str]:
+    if path.is_dir():
+        raise ConfigError("data", source, "is a directory; give a .txt or .jsonl file")
+    suffix = path.suffix.lower()
+    if suffix not in SUFFIXES:
+        raise ConfigError("data", source, f"unsupported file type {path.suffix or '(no suffix)'!r}; use .txt "
+                          "(paragraphs separated by blank lines) or .jsonl (one JSON object per line)")
+    raw = path.read_bytes()
+    if not raw.strip():
+        raise ConfigError("data", source, "the file is empty")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError("data", source, f"not UTF-8: byte 0x{raw[err.start]:02x} at byte offset {err.start} "
+                          "cannot be decoded; save the file as UTF-8") from None
+    text = text.removeprefix("\ufeff")
+    docs = corpora.split_paragraphs(text) if suffix == ".txt" else _parse_jsonl(source, text, field)
+    return _clean(source, docs)
+
+
+def _parse_jsonl(source: str, text: str, field: str) -> list[str]:
+    docs = []
+    for lineno, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ConfigError("data", source, f"line {lineno} is not valid JSON ({err.msg})") from None
+        if not isinstance(obj, dict):
+            raise ConfigError("data", source, f"line {lineno} is not a JSON object but {type(obj).__name__}")
+        if field not in obj:
+            keys = ", ".join(sorted(obj)) or "none"
+            raise ConfigError("data", source, f"line {lineno} has no field {field!r} (its fields: {keys}); "
+                              "name the field as path.jsonl:FIELD")
+        if not isinstance(obj[field], str):
+            raise ConfigError("data", source, f"line {lineno}: field {field!r} is {type(obj[field]).__name__}, "
+                              "not a string")
+        docs.append(obj[field])
+    return docs
+
+
+def _load_hf(source: str, spec: str) -> list[str]:
+    if os.environ.get("INTERP_ONLINE") != "1":
+        raise ConfigError("data", source, "HF datasets are only loaded when INTERP_ONLINE=1")
+    name, _, config = spec.partition(":")
+    try:
+        import datasets  # lazy: heavy, and only needed online
+    except ImportError:
+        raise ConfigError("data", source, "loading HF datasets needs the `datasets` package") from None
+    try:
+        stream = datasets.load_dataset(name, config or None, split="train", streaming=True)
+        docs = []
+        for row in stream:
+            value = row.get("text")
+            if isinstance(value, str) and value.strip():
+                docs.append(value)
+            if len(docs) >= HF_MAX_DOCS:
+                break
+    except Exception as err:  # the library raises many types; the front end wants one line
+        raise ConfigError("data", source, f"could not load the HF dataset: {err}") from err
+    return _clean(source, docs)
+
+
+def _clean(source: str, docs: Sequence[str]) -> list[str]:
+    """Strip documents, drop empty ones and exact duplicates (with a warning); error if nothing is left."""
+    seen: set[str] = set()
+    out = []
+    for doc in docs:
+        doc = doc.strip()
+        if doc and doc not in seen:
+            seen.add(doc)
+            out.append(doc)
+    if not out:
+        raise ConfigError("data", source, "contains no text")
+    n_dupes = sum(1 for d in docs if d.strip()) - len(out)
+    if n_dupes:
+        warnings.warn(f"{source}: dropped {n_dupes} duplicate document(s)", DuplicateDocumentsWarning, stacklevel=4)
+    return out
+
+
+def _encode(tokenizer: Any, text: str) -> list[int]:
+    try:
+        ids = tokenizer.encode(text, add_special_tokens=False)
+    except TypeError:  # tokenizers without the keyword add no special tokens anyway
+        ids = tokenizer.encode(text)
+    return [int(i) for i in ids]
