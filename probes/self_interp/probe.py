@@ -1,0 +1,490 @@
+"""Self-interpretation adapters (Pepper et al. 2026): train tiny adapters that map an internal vector
+into the frozen model's input-embedding space, let the model say what the vector means, and score
+its labels by retrieval against all topics; compare adapter sizes, controls and the logit-lens echo.
+
+Method: ../shared/methods/self_interp.md (arXiv 2602.10352).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+
+from interp.context import RunContext
+from interp.intervene import weights_digest
+
+from . import SelfInterpConfig, sweep_layers
+from .adapters import Adapter, n_params
+from .evaluate import Retriever, bias_share, generations_frame, logit_lens_ranks, recall_rows
+from .inject import PrefixCache, Template, build_template, generate, label_loss, make_batch
+from .topics import Topic, load_topics, split_topics
+from .train import Pairs, TrainSettings, identity_sweep, train_adapter
+from .vectors import (
+    embedding_vectors,
+    first_tokens,
+    logit_lens_tokens,
+    median_embedding_norm,
+    topic_vectors,
+)
+
+CORE = ("identity", "bias_only", "scalar_affine")
+
+
+def run(cfg: SelfInterpConfig, ctx: RunContext) -> None:
+    model = ctx.model
+    t0 = time.perf_counter()
+    layer = cfg.resolved_layer(model.info.n_layers)
+    layers = sorted({layer, *sweep_layers(cfg.layer_sweep, model.info.n_layers)})
+    lm_digest = weights_digest(model)
+
+    topics, split = choose_topics(cfg)  # 1. data: topics, template, vectors
+    tmpl = build_template(model, cfg.placeholder)
+    vecs, means = topic_vectors(model, [t.topic for t in topics], layers, cfg.extract_batch, ctx.tqdm)
+    for lay, v in vecs.items():
+        ctx.check_finite(f"topic vectors at layer {lay}", v)
+    exp = Experiment.create(model, cfg, ctx, topics, split, tmpl)
+    extract_s = time.perf_counter() - t0
+
+    main = exp.fit_and_evaluate(vecs[layer], layer, cfg.variants)  # 2. adapters at the main layer
+    controls = exp.controls(vecs[layer], layer, main)  # 3. shuffled labels, token embeddings
+    sweep = [main if lay == layer else exp.fit_and_evaluate(vecs[lay], lay, ("identity", "scalar_affine"))
+             for lay in layers]  # 4. recall by layer
+    lm_unchanged = weights_digest(model) == lm_digest  # 5. the LM is untouched
+
+    save_vectors(ctx, vecs[layer], means[layer], controls, layer, tmpl)
+    ctx.save_table("topics", topics_frame(topics, split, exp))
+    save_adapters(ctx, main, controls, sweep, layer, tmpl)
+    ctx.save_table("scale_sweep", pd.concat([r.scale_frame() for r in sweep], ignore_index=True))
+    ctx.save_table("train_curves", pd.concat([r.curves for r in [*sweep, controls]], ignore_index=True))
+    ctx.save_table("generations", pd.concat([r.generations for r in [*sweep, controls]], ignore_index=True))
+    ctx.save_table("recall", pd.concat([r.recall for r in [*sweep, controls]], ignore_index=True))
+    if "bias_only" in main.adapters or "scalar_affine" in main.adapters:
+        ctx.save_table("bias_probe", bias_probe(exp, main))
+    if cfg.sae_on:  # 6. SAE decoder rows (optional)
+        from .sae_branch import run_sae_branch
+
+        ctx.save_table("sae_branch", run_sae_branch(exp, main, cfg, ctx))
+    ctx.log_metrics(**summarize(exp, main, controls, sweep, layer, lm_unchanged))
+    ctx.log_timings(**timings(main, controls, sweep, extract_s))
+
+
+# ============================================================================= data
+
+
+def choose_topics(cfg: SelfInterpConfig) -> tuple[list[Topic], list[str]]:
+    """Kept topics and their split: heldout (stratified by category), val (a share of the rest), train."""
+    topics, split = split_topics(load_topics(cfg.topics_file), cfg.heldout_frac, cfg.topic_cap, seed=cfg.seed)
+    train_idx = [i for i, s in enumerate(split) if s == "train"]
+    rng = np.random.default_rng([cfg.seed, 1])
+    n_val = max(1, round(cfg.val_frac * len(train_idx)))
+    for i in rng.permutation(train_idx)[:n_val]:
+        split[int(i)] = "val"
+    return topics, split
+
+
+@dataclass
+class LayerResult:
+    """Everything measured at one layer."""
+
+    layer: int
+    s_star: float
+    scales: list[float]
+    scale_losses: list[float]
+    adapters: dict[str, Adapter] = field(default_factory=dict)
+    curves: pd.DataFrame = field(default_factory=pd.DataFrame)
+    generations: pd.DataFrame = field(default_factory=pd.DataFrame)
+    recall: pd.DataFrame = field(default_factory=pd.DataFrame)
+    scale_recall: dict[float, tuple[float, float]] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    vectors: Tensor | None = None
+    """The vectors the adapters were fitted on (kept for the prefix-cache check)."""
+    embed: tuple[np.ndarray, Tensor] | None = None
+    """(topic ids, centred embedding rows) of the positive control, when run."""
+
+    @staticmethod
+    def generations_so_far(frames: list[pd.DataFrame]) -> pd.DataFrame:
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    def r(self, variant: str, k: int, split: str = "heldout") -> float:
+        f = self.recall
+        hit = f[(f.variant == variant) & (f.k == k) & (f.split == split)] if len(f) else f
+        return float(hit.recall.iloc[0]) if len(hit) else math.nan
+
+    def scale_frame(self) -> pd.DataFrame:
+        return pd.DataFrame({
+            "layer": self.layer,
+            "scale": self.scales,
+            "val_loss": self.scale_losses,
+            "recall_at_1": [self.scale_recall.get(s, (math.nan, math.nan))[0] for s in self.scales],
+            "recall_at_10": [self.scale_recall.get(s, (math.nan, math.nan))[1] for s in self.scales],
+            "best": [s == self.s_star for s in self.scales],
+        })
+
+
+@dataclass
+class Experiment:
+    """The fixed parts of one run: model, template, prefix cache, topics, targets, retriever."""
+
+    model: object
+    cfg: SelfInterpConfig
+    ctx: RunContext
+    topics: list[Topic]
+    split: np.ndarray
+    tmpl: Template
+    pc: PrefixCache | None
+    retriever: Retriever
+    targets: list[list[int]]
+    median_norm: float
+    settings: TrainSettings
+    train_sample: np.ndarray
+
+    @classmethod
+    def create(cls, model, cfg, ctx, topics, split, tmpl) -> "Experiment":
+        pc = PrefixCache(model, tmpl) if cfg.prefix_cache else None
+        retriever = Retriever(topics, cfg.retrieval_scorer)
+        targets = [tmpl.label_ids(model.tokenizer, t.topic) for t in topics]
+        s = TrainSettings(cfg.lr, cfg.weight_decay, cfg.epochs, cfg.batch_size, cfg.clip, cfg.warmup,
+                          cfg.loss_clamp, cfg.eval_every)
+        split = np.array(split)
+        train = np.flatnonzero(split == "train")
+        rng = np.random.default_rng([cfg.seed, 2])
+        sample = np.sort(rng.permutation(train)[: cfg.train_recall_sample])
+        return cls(model, cfg, ctx, topics, split, tmpl, pc, retriever, targets, median_embedding_norm(model), s,
+                   sample)
+
+    @property
+    def d(self) -> int:
+        return self.model.info.d_model
+
+    def idx(self, name: str) -> np.ndarray:
+        return np.flatnonzero(self.split == name)
+
+    def pairs(self, vectors: Tensor, idx, targets: list[list[int]] | None = None) -> Pairs:
+        targets = self.targets if targets is None else targets
+        idx = [int(i) for i in idx]
+        return Pairs(vectors[idx], [targets[i] for i in idx])
+
+    def init_scale(self, s_star: float) -> float:
+        return s_star if self.cfg.init_scale is None else self.cfg.init_scale * self.median_norm
+
+    # -- train and evaluate ---------------------------------------------------------
+    def fit_and_evaluate(self, vectors: Tensor, layer: int, variants) -> LayerResult:
+        cfg = self.cfg
+        t = time.perf_counter()
+        train, val = self.pairs(vectors, self.idx("train")), self.pairs(vectors, self.idx("val"))
+        scales = [m * self.median_norm for m in cfg.identity_scales]
+        losses = identity_sweep(self.model, self.tmpl, val, scales, cfg.batch_size, self.pc, cfg.loss_clamp)
+        s_star = scales[int(np.argmin(losses))]
+        res = LayerResult(layer, s_star, scales, losses, vectors=vectors)
+        res.seconds["scale_sweep"] = time.perf_counter() - t
+        curves, gens, recs = [], [], []
+        for j, variant in enumerate(variants):
+            t = time.perf_counter()
+            res.adapters[variant], rows = self.train(variant, train, val, s_star, offset=layer * 100 + j)
+            curves += [{**r, "layer": layer} for r in rows]
+            res.seconds[f"train_{variant}"] = time.perf_counter() - t
+            t = time.perf_counter()
+            for split_name, idx in self.eval_sets():
+                g, r = self.evaluate(res.adapters[variant], vectors, idx, variant, split_name, layer)
+                gens.append(g)
+                recs.append(r)
+            res.seconds[f"eval_{variant}"] = time.perf_counter() - t
+        res.curves = pd.DataFrame(curves)
+        t = time.perf_counter()
+        g, r = self.logit_lens(vectors, layer)
+        gens.append(g)
+        recs.append(r)
+        res.seconds["eval_logit_lens"] = time.perf_counter() - t
+        if cfg.scale_recall and layer == cfg.resolved_layer(self.model.info.n_layers):
+            t = time.perf_counter()
+            res.scale_recall = self.scale_recall(vectors, scales, s_star, res.generations_so_far(gens))
+            res.seconds["scale_recall"] = time.perf_counter() - t
+        res.generations = pd.concat(gens, ignore_index=True)
+        res.recall = pd.concat(recs, ignore_index=True)
+        self.ctx.log.info("layer %d: %s", layer, {k: round(v, 1) for k, v in res.seconds.items()})
+        return res
+
+    def train(self, variant: str, train: Pairs, val: Pairs, s_star: float, offset: int = 0,
+              settings: TrainSettings | None = None) -> tuple[Adapter, list[dict]]:
+        scale = s_star if variant in ("identity", "bias_only") else self.init_scale(s_star)
+        ad = Adapter(variant, self.d, scale, self.cfg.low_rank_rank, self.cfg.low_rank_init,
+                     generator=self.ctx.generator(offset))
+        ad.to(self.model.device)
+        return train_adapter(self.model, self.tmpl, ad, train, val, settings or self.settings,
+                             self.ctx.generator(10_000 + offset), self.pc, self.ctx.tqdm)
+
+    def eval_sets(self) -> list[tuple[str, np.ndarray]]:
+        sets = [("heldout", self.idx("heldout"))]
+        if len(self.train_sample):
+            sets.append(("train", self.train_sample))
+        return sets
+
+    def labels(self, adapter: Adapter, vectors: Tensor, temperature: float = 0.0, seed: int = 0,
+               max_new: int | None = None) -> list[str]:
+        with torch.no_grad():
+            soft = adapter(vectors.to(self.model.device))
+        return generate(self.model, self.tmpl, soft, max_new or self.cfg.max_label_tokens, temperature=temperature,
+                        seed=seed, pc=self.pc)
+
+    def evaluate(self, adapter: Adapter, vectors: Tensor, idx, variant: str, split_name: str, layer: int,
+                 universe: np.ndarray | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """Generate labels for vectors[idx] (topic ids idx), rank every topic, recall@k."""
+        labels = self.labels(adapter, vectors[list(map(int, idx))])
+        ranks, top5 = self.retriever.rank_of(labels, idx)
+        gen = generations_frame(variant, split_name, idx, labels, ranks, top5, self.retriever, layer)
+        rec = pd.DataFrame(recall_rows(ranks, len(self.topics), self.ctx.rng, self.cfg.bootstrap))
+        rec.insert(0, "split", split_name)
+        rec.insert(0, "variant", variant)
+        rec.insert(0, "layer", layer)
+        return gen, rec
+
+    def logit_lens(self, vectors: Tensor, layer: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """The trivial readout: the vector through the final norm and unembedding, top tokens as guesses."""
+        idx = self.idx("heldout")
+        toks, _ = logit_lens_tokens(self.model, vectors[list(idx)], self.cfg.logit_lens_top)
+        ranks, first, guesses = logit_lens_ranks(toks, idx, self.retriever)
+        names = [t.topic for t in self.topics]
+        gen = pd.DataFrame({
+            "variant": "logit_lens", "layer": layer, "topic_id": idx, "split": "heldout", "generated_label": first,
+            "exact_match": [self.retriever.is_exact(f, int(t)) for f, t in zip(first, idx)],
+            "rank_of_truth": ranks.astype(int), "top5_retrieved": [[names[i] for i in g[:5]] for g in guesses],
+        })
+        rec = pd.DataFrame(recall_rows(ranks, len(self.topics), self.ctx.rng, self.cfg.bootstrap))
+        rec.insert(0, "split", "heldout")
+        rec.insert(0, "variant", "logit_lens")
+        rec.insert(0, "layer", layer)
+        return gen, rec
+
+    def scale_recall(self, vectors: Tensor, scales: list[float], s_star: float,
+                     done: pd.DataFrame) -> dict[float, tuple[float, float]]:
+        """Identity recall@1 / @10 at every scale of the sweep (shows s* is not cherry-picked);
+        the identity variant's own held-out labels serve at s*."""
+        idx = self.idx("heldout")
+        out = {}
+        own = done[(done.variant == "identity") & (done.split == "heldout")] if len(done) else done
+        for sc in scales:
+            if sc == s_star and len(own):
+                ranks = own.rank_of_truth.to_numpy()
+            else:
+                labels = self.labels(Adapter("identity", self.d, sc).to(self.model.device), vectors[list(idx)])
+                ranks, _ = self.retriever.rank_of(labels, idx)
+            out[sc] = (float((ranks <= 1).mean()), float((ranks <= 10).mean()))
+        return out
+
+    # -- controls -------------------------------------------------------------------
+    def controls(self, vectors: Tensor, layer: int, main: LayerResult) -> LayerResult:
+        """Shuffled labels (scalar_affine, same schedule) and token-embedding vectors (positive control)."""
+        res = LayerResult(layer, main.s_star, [], [])
+        curves, gens, recs = [], [], []
+        if "shuffled" in self.cfg.controls:
+            t = time.perf_counter()
+            fit_idx = np.concatenate([self.idx("train"), self.idx("val")])
+            perm = self.ctx.rng.permutation(fit_idx)
+            shuffled = list(self.targets)
+            for i, j in zip(fit_idx, perm):
+                shuffled[int(i)] = self.targets[int(j)]
+            train = self.pairs(vectors, self.idx("train"), shuffled)
+            val = self.pairs(vectors, self.idx("val"), shuffled)
+            ad, rows = self.train("scalar_affine", train, val, main.s_star, offset=90_000)
+            res.adapters["shuffled"] = ad
+            curves += [{**r, "variant": "shuffled", "layer": layer} for r in rows]
+            for split_name, idx in self.eval_sets():
+                g, r = self.evaluate(ad, vectors, idx, "shuffled", split_name, layer)
+                gens.append(g)
+                recs.append(r)
+            res.seconds["shuffled"] = time.perf_counter() - t
+        if "embed" in self.cfg.controls:
+            t = time.perf_counter()
+            tok_ids, single = first_tokens(self.model, [x.topic for x in self.topics])
+            keep = np.flatnonzero(single)
+            emb, _ = embedding_vectors(self.model, [tok_ids[i] for i in keep])
+            full = torch.zeros(len(self.topics), self.d)
+            full[keep] = emb
+            res.embed = (keep, emb)
+            sub = lambda name: np.intersect1d(self.idx(name), keep)  # noqa: E731
+            settings = TrainSettings(**{**self.settings.__dict__, "epochs": self.cfg.embed_control_epochs})
+            ad, rows = self.train("scalar_affine", self.pairs(full, sub("train")), self.pairs(full, sub("val")),
+                                  main.s_star, offset=95_000, settings=settings)
+            res.adapters["embed_control"] = ad
+            curves += [{**r, "variant": "embed_control", "layer": layer} for r in rows]
+            g, r = self.evaluate(ad, full, sub("heldout"), "embed_control", "heldout", layer)
+            gens.append(g)
+            recs.append(r)
+            res.seconds["embed_control"] = time.perf_counter() - t
+        res.curves = pd.DataFrame(curves)
+        res.generations = pd.concat(gens, ignore_index=True) if gens else pd.DataFrame()
+        res.recall = pd.concat(recs, ignore_index=True) if recs else pd.DataFrame()
+        return res
+
+
+# ============================================================================= inspection
+
+
+@torch.no_grad()
+def bias_probe(exp: Experiment, main: LayerResult, top: int = 20) -> pd.DataFrame:
+    """What the learned bias alone switches on: the next-token distribution after the template when
+    b is injected with no vector, and the tokens whose embeddings lie nearest to b."""
+    model, tmpl = exp.model, exp.tmpl
+    ad = main.adapters.get("scalar_affine") or main.adapters["bias_only"]
+    b = ad.bias.detach()[None].to(model.device)
+    batch = make_batch(tmpl, [[tmpl.eot_id]], model.device)
+    from .inject import inject
+
+    emb = inject(model, batch.ids[:, : len(tmpl.ids)], b, tmpl.positions)
+    logits = model.hf(inputs_embeds=emb, logits_to_keep=1).logits[0, -1].float()
+    top_l, top_i = logits.topk(top)
+    w = model.hf.get_input_embeddings()(torch.arange(model.info.d_vocab, device=model.device)).float() \
+        if model.info.d_vocab <= 300_000 else None
+    rows = [{"kind": "next_token", "variant": ad.variant, "token": model.tokenizer.decode([int(i)]), "logit": float(v),
+             "bias_norm": float(b.norm())} for v, i in zip(top_l.tolist(), top_i.tolist())]
+    if w is not None:
+        cos = torch.nn.functional.cosine_similarity(w, b.float(), dim=-1)
+        c_v, c_i = cos.topk(top)
+        rows += [{"kind": "nearest_embedding", "variant": ad.variant, "token": model.tokenizer.decode([int(i)]),
+                  "logit": float(v), "bias_norm": float(b.norm())} for v, i in zip(c_v.tolist(), c_i.tolist())]
+    del batch
+    return pd.DataFrame(rows)
+
+
+# ============================================================================= artifacts
+
+
+def save_vectors(ctx: RunContext, vectors: Tensor, mean: Tensor, controls: LayerResult, layer: int,
+                 tmpl: Template) -> None:
+    tensors = {"topic_vectors": vectors, "topic_mean": mean}
+    if controls.embed is not None:
+        keep, emb = controls.embed
+        tensors["embed_vectors"] = emb
+        tensors["embed_topic_ids"] = torch.as_tensor(keep, dtype=torch.int64)
+    ctx.save_tensors("vectors", tensors, metadata={"layer": str(layer), "hook": f"blocks.{layer}.hook_resid_post",
+                                                   "template": tmpl.text, "template_kind": tmpl.kind,
+                                                   "placeholder": tmpl.placeholder})
+
+
+def save_adapters(ctx: RunContext, main: LayerResult, controls: LayerResult, sweep: list[LayerResult], layer: int,
+                  tmpl: Template) -> None:
+    """adapter_<variant>.safetensors (float32) with metadata: variant, d, rank, s*, layer, template."""
+    extra = {"template_kind": tmpl.kind, "placeholder": tmpl.placeholder}
+    for name, ad in [*main.adapters.items(), *controls.adapters.items()]:
+        ctx.save_tensors(f"adapter_{name}", ad.tensors(), ad.metadata(s_star=main.s_star, layer=layer, name=name,
+                                                                       **extra))
+    for res in sweep:
+        if res.layer != layer and "scalar_affine" in res.adapters:
+            ad = res.adapters["scalar_affine"]
+            ctx.save_tensors(f"adapter_scalar_affine_L{res.layer}", ad.tensors(),
+                             ad.metadata(s_star=res.s_star, layer=res.layer, name="scalar_affine", **extra))
+
+
+def topics_frame(topics: list[Topic], split: np.ndarray, exp: Experiment) -> pd.DataFrame:
+    _, single = first_tokens(exp.model, [t.topic for t in topics])
+    return pd.DataFrame({
+        "topic_id": range(len(topics)),
+        "topic": [t.topic for t in topics],
+        "category": [t.category for t in topics],
+        "aliases": [list(t.aliases) for t in topics],
+        "split": list(split),
+        "single_token": single,
+    })
+
+
+# ============================================================================= metrics
+
+
+def summarize(exp: Experiment, main: LayerResult, controls: LayerResult, sweep: list[LayerResult], layer: int,
+              lm_unchanged: bool) -> dict:
+    d = exp.d
+    m: dict = {"layer": layer, "lm_weights_unchanged": lm_unchanged, "retrieval_scorer": exp.retriever.scorer,
+               "template": exp.tmpl.kind, "placeholder": exp.tmpl.placeholder, "n_topics": len(exp.topics),
+               "n_heldout": len(exp.idx("heldout")), "n_train": len(exp.idx("train")), "n_val": len(exp.idx("val")),
+               "recall_chance_at_1": 1 / len(exp.topics), "recall_chance_at_10": min(1.0, 10 / len(exp.topics)),
+               "identity_best_scale": main.s_star, "median_embedding_norm": exp.median_norm,
+               "identity_scale_at_edge": main.s_star in (min(main.scales), max(main.scales)),
+               "adapter_params": n_params("scalar_affine", d)}
+    if "scalar_affine" in main.adapters and main.adapters["scalar_affine"].n_trainable() != m["adapter_params"]:
+        raise RuntimeError("scalar_affine's trainable tensors do not match d + 1")
+    for v, ad in main.adapters.items():
+        m[f"params_{v}"] = ad.n_trainable()
+        m[f"recall_at_1_{v}"] = main.r(v, 1)
+        m[f"recall_at_10_{v}"] = main.r(v, 10)
+        if len(exp.train_sample):
+            m[f"train_recall_at_1_{v}"] = main.r(v, 1, "train")
+            m[f"train_recall_at_10_{v}"] = main.r(v, 10, "train")
+        if v != "identity":
+            m[f"learned_scale_{v}"] = ad.scale if v != "full_rank" else None
+            m[f"bias_norm_{v}"] = ad.bias_norm
+    m["recall_at_1_logit_lens"] = main.r("logit_lens", 1)
+    m["recall_at_10_logit_lens"] = main.r("logit_lens", 10)
+    if "scalar_affine" in main.adapters:
+        m["self_interp_margin_at_10"] = m["recall_at_10_scalar_affine"] - m["recall_at_10_logit_lens"]
+        g = main.generations
+        sa = g[(g.variant == "scalar_affine") & (g.split == "heldout")]
+        m["exact_match_frac_scalar_affine"] = float(sa.exact_match.mean())
+    if {"identity", "bias_only", "scalar_affine"} <= set(main.adapters):
+        share = bias_share(m["recall_at_10_bias_only"], m["recall_at_10_identity"], m["recall_at_10_scalar_affine"])
+        m["bias_share"] = share
+        m["bias_share_defined"] = math.isfinite(share)
+    for name in ("shuffled", "embed_control"):
+        if name in controls.adapters:
+            m[f"recall_at_1_{name}"] = controls.r(name, 1)
+            m[f"recall_at_10_{name}"] = controls.r(name, 10)
+    if controls.embed is not None:
+        m["n_embed_control"] = int(len(controls.embed[0]))
+        m["n_embed_control_heldout"] = int(len(np.intersect1d(exp.idx("heldout"), controls.embed[0])))
+    m.update(echo_metrics(exp, main))
+    m["prefix_cache_loss_diff"] = prefix_cache_diff(exp, main)
+    m["recall_at_10_by_layer"] = {
+        v: {str(r.layer): r.r(v, 10) for r in sweep} for v in ("identity", "scalar_affine", "logit_lens")
+    }
+    m["recall_at_1_by_layer"] = {
+        v: {str(r.layer): r.r(v, 1) for r in sweep} for v in ("identity", "scalar_affine", "logit_lens")
+    }
+    m["optimizer_adapter_only"] = all(getattr(ad, "optimizer_adapter_only", True)
+                                      for r in [*sweep, controls] for ad in r.adapters.values())
+    return m
+
+
+def timings(main: LayerResult, controls: LayerResult, sweep: list[LayerResult], extract_s: float) -> dict:
+    """Wall-clock seconds per stage, and the spec's two budgets: core (identity, bias_only,
+    scalar_affine, both controls, logit lens, scale sweep) and extended (the other variants and the
+    layer sweep)."""
+    out = {f"{k}_s": round(v, 1) for k, v in main.seconds.items()}
+    out.update({f"{k}_s": round(v, 1) for k, v in controls.seconds.items()})
+    out.update({f"layer{r.layer}_s": round(sum(r.seconds.values()), 1) for r in sweep if r is not main})
+    core_keys = {"scale_sweep", "eval_logit_lens", "scale_recall"} | {f"{p}_{v}" for p in ("train", "eval")
+                                                                      for v in CORE}
+    core = extract_s + sum(v for k, v in main.seconds.items() if k in core_keys) + sum(controls.seconds.values())
+    extended = sum(v for k, v in main.seconds.items() if k not in core_keys)
+    extended += sum(sum(r.seconds.values()) for r in sweep if r is not main)
+    out.update(core_s=round(core, 1), extended_s=round(extended, 1))
+    return out
+
+
+def echo_metrics(exp: Experiment, main: LayerResult) -> dict:
+    """How often the logit lens puts the topic's own first token on top (token echo)."""
+    g = main.generations
+    ll = g[g.variant == "logit_lens"]
+    if not len(ll):
+        return {}
+    first, _ = first_tokens(exp.model, [exp.topics[i].topic for i in ll.topic_id])
+    toks = [exp.model.tokenizer.decode([f]).strip() for f in first]
+    return {"logit_lens_echo_at_1": float(np.mean([a == b for a, b in zip(toks, ll.generated_label)]))}
+
+
+@torch.no_grad()
+def prefix_cache_diff(exp: Experiment, main: LayerResult) -> float:
+    """|loss with the prefix cache - loss without| on one validation batch at s* (should be ~0)."""
+    idx = exp.idx("val")[: exp.cfg.batch_size]
+    ad = main.adapters.get("scalar_affine") or next(iter(main.adapters.values()))
+    vec = main.vectors
+    batch = make_batch(exp.tmpl, [exp.targets[i] for i in idx], exp.model.device)
+    soft = ad(vec[list(idx)].to(exp.model.device))
+    pc = exp.pc or PrefixCache(exp.model, exp.tmpl)
+    a = label_loss(exp.model, exp.tmpl, batch, soft, pc)
+    b = label_loss(exp.model, exp.tmpl, batch, soft, None)
+    return float((a - b).abs())

@@ -1,0 +1,137 @@
+"""Steps 3-4: train an adapter on (vector, label) pairs with the LM frozen, and the identity scale sweep.
+
+Objective (the paper's): teacher-forced cross-entropy on label + `"` + end-of-turn, each token
+clamped, averaged per sequence then over the batch. AdamW on the adapter's tensors only, linear
+warmup then cosine decay, gradient-norm clip; the best state by validation loss is kept.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from .adapters import Adapter
+from .inject import PrefixCache, Template, label_loss, make_batch
+
+
+@dataclass
+class Pairs:
+    """Vectors and their tokenised targets (label + quote + end-of-turn)."""
+
+    vectors: Float[Tensor, "n d"]
+    targets: list[list[int]]
+
+    def __len__(self) -> int:
+        return self.vectors.shape[0]
+
+    def take(self, idx: Sequence[int]) -> "Pairs":
+        idx = list(idx)
+        return Pairs(self.vectors[idx], [self.targets[i] for i in idx])
+
+
+@dataclass
+class TrainSettings:
+    lr: float = 1e-2
+    weight_decay: float = 0.01
+    epochs: int = 2
+    batch_size: int = 16
+    clip: float = 0.5
+    warmup: int = 10
+    loss_clamp: float = 100.0
+    eval_every: int = 5
+
+
+def schedule(step: int, total: int, warmup: int) -> float:
+    """LR multiplier: linear warmup over `warmup` steps, then cosine decay to 0 at `total`."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+@torch.no_grad()
+def mean_loss(model, tmpl: Template, adapter: Adapter, pairs: Pairs, batch_size: int, pc: PrefixCache | None,
+              clamp: float = 100.0) -> float:
+    """Mean per-sequence loss of `adapter` over `pairs` (no gradient)."""
+    total = 0.0
+    for i in range(0, len(pairs), batch_size):
+        part = pairs.take(range(i, min(i + batch_size, len(pairs))))
+        batch = make_batch(tmpl, part.targets, model.device)
+        total += float(label_loss(model, tmpl, batch, adapter(part.vectors.to(model.device)), pc, clamp,
+                                  per_sequence=True).sum())
+    return total / len(pairs)
+
+
+def train_adapter(model, tmpl: Template, adapter: Adapter, train: Pairs, val: Pairs, s: TrainSettings,
+                  generator: torch.Generator, pc: PrefixCache | None = None,
+                  progress=None) -> tuple[Adapter, list[dict]]:
+    """Train `adapter` in place (then load its best state by validation loss); returns it and the curve rows.
+
+    The optimiser holds only the adapter's trainable tensors; the LM's parameters never get gradients.
+    """
+    params = [p for p in adapter.parameters() if p.requires_grad]
+    if not params:
+        return adapter, []
+    lm = [p for p in model.hf.parameters() if p.requires_grad]
+    if lm:
+        raise RuntimeError(f"the language model must be frozen: {len(lm)} LM tensors require grad")
+    opt = torch.optim.AdamW(params, lr=s.lr, weight_decay=s.weight_decay)
+    held = {id(p) for group in opt.param_groups for p in group["params"]}
+    lm_ids = {id(p) for p in model.hf.parameters()}
+    adapter.optimizer_adapter_only = held <= {id(p) for p in adapter.parameters()} and not held & lm_ids
+    if not adapter.optimizer_adapter_only:
+        raise RuntimeError("the optimiser must hold only the adapter's tensors")
+    steps_per_epoch = math.ceil(len(train) / s.batch_size)
+    total = s.epochs * steps_per_epoch
+    warmup = min(s.warmup, max(1, total // 3))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: schedule(k, total, warmup))
+    rows: list[dict] = []
+    best_val = mean_loss(model, tmpl, adapter, val, s.batch_size, pc, s.loss_clamp) if len(val) else math.inf
+    best_state = copy.deepcopy(adapter.state_dict())
+    rows.append(_row(adapter, 0, math.nan, best_val, 0.0))
+    step = 0
+    it = range(s.epochs) if progress is None else progress(range(s.epochs), desc=f"train {adapter.variant}")
+    for _ in it:
+        order = torch.randperm(len(train), generator=generator).tolist()
+        for i in range(0, len(train), s.batch_size):
+            part = train.take(order[i : i + s.batch_size])
+            batch = make_batch(tmpl, part.targets, model.device)
+            lr = opt.param_groups[0]["lr"]
+            loss = label_loss(model, tmpl, batch, adapter(part.vectors.to(model.device)), pc, s.loss_clamp)
+            if not torch.isfinite(loss):
+                from interp.errors import NumericError
+
+                raise NumericError(f"non-finite training loss for adapter {adapter.variant} at step {step}")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, s.clip)
+            opt.step()
+            sched.step()
+            step += 1
+            val_loss = math.nan
+            if len(val) and (step % s.eval_every == 0 or step == total):
+                val_loss = mean_loss(model, tmpl, adapter, val, s.batch_size, pc, s.loss_clamp)
+                if val_loss < best_val:
+                    best_val, best_state = val_loss, copy.deepcopy(adapter.state_dict())
+            rows.append(_row(adapter, step, float(loss.detach()), val_loss, lr))
+    if len(val):
+        adapter.load_state_dict(best_state)
+    return adapter, rows
+
+
+def _row(adapter: Adapter, step: int, train_loss: float, val_loss: float, lr: float) -> dict:
+    return {"variant": adapter.variant, "step": step, "train_loss": train_loss, "val_loss": val_loss, "lr": lr,
+            "scale": adapter.scale if adapter.variant != "full_rank" else math.nan, "bias_norm": adapter.bias_norm}
+
+
+def identity_sweep(model, tmpl: Template, val: Pairs, scales: Sequence[float], batch_size: int,
+                   pc: PrefixCache | None, clamp: float = 100.0) -> list[float]:
+    """Validation loss of identity injection at each absolute scale."""
+    d = val.vectors.shape[1]
+    return [mean_loss(model, tmpl, Adapter("identity", d, sc), val, batch_size, pc, clamp) for sc in scales]

@@ -1,0 +1,228 @@
+"""self_interp stages on synthetic data and the tiny random model: template, injection, prefix cache,
+adapters, training (LM frozen), retrieval, recall and the bias share."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from interp.errors import ConfigError
+from interp.intervene import weights_digest
+from probes.self_interp import SelfInterpConfig, sweep_layers
+from probes.self_interp.adapters import Adapter, n_params
+from probes.self_interp.evaluate import Retriever, bias_share, logit_lens_ranks, normalise, recall_rows
+from probes.self_interp.inject import PrefixCache, build_template, generate, label_loss, make_batch
+from probes.self_interp.topics import Topic, builtin_topics, split_topics
+from probes.self_interp.train import Pairs, TrainSettings, identity_sweep, schedule, train_adapter
+
+# -- config and topics ------------------------------------------------------------------------
+
+
+def test_config_validates_before_loading():
+    from interp.config import build_config
+
+    with pytest.raises(ConfigError, match="variants"):
+        build_config(SelfInterpConfig, {"variants": ["nope"]})
+    with pytest.raises(ConfigError, match="sae_labels_file"):
+        build_config(SelfInterpConfig, {"sae_branch": "labels"})
+    cfg = build_config(SelfInterpConfig, {})
+    assert cfg.resolved_layer(30) == 24 and not cfg.sae_on
+    assert sweep_layers(cfg.layer_sweep, 30) == [12, 18, 24, 27]
+    with pytest.raises(ConfigError, match="layer"):
+        build_config(SelfInterpConfig, {"layer": 40}).validate_for_model(30)
+    with pytest.raises(ConfigError, match="layer_sweep"):
+        build_config(SelfInterpConfig, {"layer_sweep": [12, 31]}).validate_for_model(30)
+
+
+def test_builtin_split_is_stratified_and_capped():
+    topics = builtin_topics()
+    assert len(topics) == 400 and len({t.topic.lower() for t in topics}) == 400
+    assert len({t.category for t in topics}) == 20
+    kept, split = split_topics(topics, 0.2, 300)
+    assert len(kept) == 300 and split.count("heldout") == 60
+    for cat in {t.category for t in kept}:
+        rows = [s for t, s in zip(kept, split) if t.category == cat]
+        assert len(rows) == 15 and rows.count("heldout") == 3
+    assert split_topics(topics, 0.2, 300)[0] == kept  # deterministic
+
+
+# -- adapters ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", ["identity", "scale_only", "bias_only", "scalar_affine", "low_rank",
+                                     "low_rank_only", "full_rank"])
+def test_adapter_parameter_counts_match_the_table(variant):
+    ad = Adapter(variant, 576, 3.0, rank=8, generator=torch.Generator().manual_seed(0))
+    assert ad.n_trainable() == n_params(variant, 576, 8)
+    assert n_params("scalar_affine", 576) == 577 and n_params("low_rank", 576, 8) == 9793
+    assert n_params("full_rank", 576) == 332_352
+    v = torch.randn(4, 576)
+    out = ad(v)
+    assert out.shape == (4, 576) and out.dtype == torch.float32
+    if variant in ("identity", "scale_only", "scalar_affine", "full_rank", "bias_only"):
+        assert torch.allclose(out.norm(dim=-1), torch.full((4,), 3.0), atol=1e-4)  # s * v_hat at init (b = 0)
+    back = Adapter.from_tensors({k: t.numpy() for k, t in ad.tensors().items()}, ad.metadata())
+    assert torch.allclose(back(v), out)
+
+
+def test_schedule_warms_up_then_decays():
+    lrs = [schedule(k, 20, 5) for k in range(20)]
+    assert lrs[0] == pytest.approx(0.2) and lrs[4] == pytest.approx(1.0)
+    assert all(a >= b for a, b in zip(lrs[4:], lrs[5:])) and lrs[-1] < 0.05
+
+
+# -- template and injection (tiny model) -----------------------------------------------------------
+
+
+def test_template_has_two_placeholders_and_separate_quotes(tiny_model):
+    tmpl = build_template(tiny_model)
+    ids = list(tmpl.ids)
+    assert ids.count(tmpl.placeholder_id) == 2 and list(tmpl.positions) == [i for i, t in enumerate(ids)
+                                                                           if t == tmpl.placeholder_id]
+    assert tiny_model.tokenizer.decode([ids[-1]]).strip() == '"'
+    assert tmpl.quote_id in tmpl.stop_ids and tmpl.eot_id in tmpl.stop_ids
+    targets = tmpl.label_ids(tiny_model.tokenizer, "chess")
+    assert targets[-2:] == [tmpl.quote_id, tmpl.eot_id]
+    with pytest.raises(ConfigError, match="placeholder"):
+        build_template(tiny_model, placeholder="two words")
+
+
+def test_injection_replaces_only_the_placeholder_rows(tiny_model):
+    from probes.self_interp.inject import inject
+
+    tmpl = build_template(tiny_model)
+    ids = torch.tensor([tmpl.ids])
+    soft = torch.randn(1, tiny_model.info.d_model)
+    emb = inject(tiny_model, ids, soft, tmpl.positions)
+    ref = tiny_model.hf.get_input_embeddings()(ids)
+    changed = (emb != ref).any(-1)[0].nonzero().flatten().tolist()
+    assert changed == list(tmpl.positions)
+    assert torch.allclose(emb[0, tmpl.positions[0]], soft[0])
+
+
+def test_prefix_cache_loss_matches_uncached(tiny_model):
+    tmpl = build_template(tiny_model)
+    tok = tiny_model.tokenizer
+    batch = make_batch(tmpl, [tmpl.label_ids(tok, w) for w in ("chess", "the United States", "dog")], "cpu")
+    soft = torch.randn(3, tiny_model.info.d_model) * 2
+    pc = PrefixCache(tiny_model, tmpl)
+    cached = label_loss(tiny_model, tmpl, batch, soft, pc)
+    plain = label_loss(tiny_model, tmpl, batch, soft, None)
+    assert abs(float(cached - plain)) <= 1e-4, f"cached {float(cached):.6f} vs uncached {float(plain):.6f}"
+    # the stored prefix is not consumed by use
+    again = label_loss(tiny_model, tmpl, batch, soft, pc)
+    assert float(again) == pytest.approx(float(cached), abs=1e-6)
+
+
+def test_loss_is_clamped_and_averaged_per_sequence(tiny_model):
+    tmpl = build_template(tiny_model)
+    tok = tiny_model.tokenizer
+    batch = make_batch(tmpl, [tmpl.label_ids(tok, "a"), tmpl.label_ids(tok, "a much longer label here")], "cpu")
+    soft = torch.randn(2, tiny_model.info.d_model) * 1e4  # huge: drives losses up
+    per = label_loss(tiny_model, tmpl, batch, soft, None, clamp=0.5, per_sequence=True)
+    assert per.shape == (2,) and (per <= 0.5 + 1e-6).all()
+    assert float(label_loss(tiny_model, tmpl, batch, soft, None, clamp=0.5)) == pytest.approx(float(per.mean()))
+
+
+def test_generation_is_greedy_deterministic_and_cache_invariant(tiny_model):
+    tmpl = build_template(tiny_model)
+    soft = torch.randn(3, tiny_model.info.d_model)
+    pc = PrefixCache(tiny_model, tmpl)
+    a = generate(tiny_model, tmpl, soft, 5, pc=pc)
+    b = generate(tiny_model, tmpl, soft, 5, pc=None)
+    assert a == b and len(a) == 3 and all('"' not in s for s in a)
+
+
+def test_training_moves_only_the_adapter_and_lowers_the_loss(tiny_model):
+    tmpl = build_template(tiny_model)
+    tok = tiny_model.tokenizer
+    g = torch.Generator().manual_seed(0)
+    words = ["chess", "dog", "piano", "rain"] * 4
+    vecs = torch.randn(4, tiny_model.info.d_model, generator=g).repeat(4, 1)
+    pairs = Pairs(vecs, [tmpl.label_ids(tok, w) for w in words])
+    digest = weights_digest(tiny_model)
+    ad = Adapter("scalar_affine", tiny_model.info.d_model, 1.0)
+    pc = PrefixCache(tiny_model, tmpl)
+    with torch.no_grad():
+        before = float(label_loss(tiny_model, tmpl, make_batch(tmpl, pairs.targets, "cpu"), ad(vecs), pc))
+    s = TrainSettings(lr=0.3, epochs=6, batch_size=8, warmup=1, eval_every=2)
+    ad, rows = train_adapter(tiny_model, tmpl, ad, pairs, pairs.take(range(4)), s, g, pc)
+    with torch.no_grad():
+        after = float(label_loss(tiny_model, tmpl, make_batch(tmpl, pairs.targets, "cpu"), ad(vecs), pc))
+    assert after < before - 0.01, f"loss {before:.3f} -> {after:.3f}"  # a random model moves little
+    assert ad.scale != pytest.approx(1.0) and ad.bias_norm > 0
+    assert weights_digest(tiny_model) == digest
+    assert all(not p.requires_grad for p in tiny_model.hf.parameters())
+    assert rows[0]["step"] == 0 and rows[-1]["step"] == 12
+    losses = identity_sweep(tiny_model, tmpl, pairs.take(range(4)), [0.5, 2.0], 4, pc)
+    assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
+
+
+# -- retrieval and recall --------------------------------------------------------------------------
+
+
+TOPICS = [Topic("United States", "countries", ("USA", "America")), Topic("France", "countries"),
+          Topic("dog", "animals", ("puppy",)), Topic("cat", "animals"), Topic("chess", "sports"),
+          Topic("ice cream", "foods")]
+
+
+def test_normalise_strips_articles_punctuation_and_plural():
+    assert normalise("The Dogs!") == "dog"
+    assert normalise("an Ice-Cream.") == "ice cream"
+    assert normalise("chess") == "chess"  # "ss" is not a plural
+
+
+@pytest.mark.parametrize("scorer", ["exact", "lexical", "embedding"])
+def test_exact_matches_rank_first_under_every_scorer(scorer):
+    r = Retriever(TOPICS, scorer)
+    ranks, top5 = r.rank_of(["the USA", "Dogs", "Chess"], [0, 2, 4])
+    assert ranks.tolist() == [1, 1, 1], (scorer, ranks, top5)
+    assert r.is_exact("the USA", 0) and not r.is_exact("USA", 1)
+
+
+def test_lexical_and_embedding_rank_near_misses():
+    lex = Retriever(TOPICS, "lexical")
+    ranks, _ = lex.rank_of(["Français", "puppies and dogs"], [1, 2])
+    assert ranks.tolist() == [1, 1]
+    emb = Retriever(TOPICS, "embedding")
+    ranks, _ = emb.rank_of(["a kitten", "a board game with kings and queens"], [3, 4])
+    assert ranks.tolist() == [1, 1]
+    ranks, _ = emb.rank_of([""], [0])
+    assert 1 <= ranks[0] <= len(TOPICS)
+
+
+def test_recall_rows_and_bootstrap():
+    rows = recall_rows(np.array([1, 2, 11, 30]), 100, np.random.default_rng(0), 200)
+    by_k = {r["k"]: r for r in rows}
+    assert by_k[1]["recall"] == 0.25 and by_k[10]["recall"] == 0.5 and by_k[10]["chance"] == 0.1
+    assert by_k[10]["ci_low"] <= 0.5 <= by_k[10]["ci_high"]
+
+
+def test_logit_lens_guesses_are_distinct_topics_in_token_order():
+    r = Retriever(TOPICS, "exact")
+    ranks, first, guesses = logit_lens_ranks([["dog", "puppy", "cat"], ["zzz", "France"]], [3, 1], r, k=10)
+    assert guesses[0][:2] == [2, 3] and ranks.tolist() == [2, 1] and first == ["dog", "zzz"]
+
+
+def test_bias_share():
+    assert bias_share(0.3, 0.1, 0.5) == pytest.approx(0.5)
+    assert math.isnan(bias_share(0.3, 0.1, 0.11))
+
+
+def test_prompt_vectors_read_resid_post_at_the_last_real_token(tiny_model):
+    from interp.capture import run_with_cache
+    from interp.sites import Site
+    from probes.self_interp.vectors import prompt_vectors
+
+    texts = ["Tell me about chess.", "Tell me about the United States of America."]
+    fast = prompt_vectors(tiny_model, texts, [0], templated=False)[0]  # the HF path
+    last = prompt_vectors(tiny_model, texts, [1], templated=False)[1]  # the hooked path (last layer)
+    for j, t in enumerate(texts):
+        enc = tiny_model.tokenize(t)
+        _, cache = run_with_cache(tiny_model, enc["input_ids"], enc["attention_mask"],
+                                  [Site("resid_post", 0), Site("resid_post", 1)])
+        assert torch.allclose(fast[j], cache[Site("resid_post", 0)][0, -1], atol=1e-5)
+        assert torch.allclose(last[j], cache[Site("resid_post", 1)][0, -1], atol=1e-5)
