@@ -42,6 +42,7 @@ def run(cfg: LockinConfig, ctx: RunContext) -> None:
     t0 = time.perf_counter()
     checks = instrument_checks(problem, sr, ctx.generator(3))  # B. HVP, PSD, Lanczos vs power, cache
     ctx.log_timings(checks_s=round(time.perf_counter() - t0, 2))
+    ctx.log_metrics(**checks, curvature=cfg.curvature, lanczos_restarts=sr.n_restarts)  # in the manifest early
     grid = model_grid(cfg.grid, cfg.k_stiff, cfg.lora_rank, cfg.lora_lr)
     logs = run_grid(problem, sr, grid, cfg, ctx)  # 1, 3, 4, 7. the runs, tracked online
     stats = across_runs(logs, grid, cfg)  # 5, 6, 7, 8. collapse, paradox, harm, projection, bifurcation
@@ -50,11 +51,6 @@ def run(cfg: LockinConfig, ctx: RunContext) -> None:
     save(ctx, cfg, problem, sr, grid, logs, stats)
     ctx.log_metrics(
         **stats["metrics"],
-        **{k: checks[k] for k in ("lambda_1", "lanczos_power_rel_diff", "hvp_fd_rel_err")},
-        **{k: checks[k] for k in ("lambda_1_power", "psd_min_rayleigh", "psd_check_passed", "cache_max_abs_diff",
-                                  "cache_exact", "hvp_fd_eps", "hvp_fd_rel_err_abs_eps")},
-        curvature=cfg.curvature,
-        lanczos_restarts=sr.n_restarts,
         lm_weights_unchanged=weights_digest(model) == digest,
         reconstruction=RECONSTRUCTION,
     )
@@ -99,6 +95,7 @@ def run_grid(problem: ModelProblem, sr: StiffResult, grid: list[RunSpec], cfg: L
         stepper = AdamStepper(problem, spec, cfg.steps, cfg.warmup_frac, ctx.generator(100 + len(frames)))
         project = sr.stiff.V[:, : spec.k_proj] if spec.kind == "projection" else None
         seconds[spec.run_id] = train(stepper, tracker, problem.evaluate, cfg.steps, log_steps, project=project)
+        ctx.log_timings(**{f"run_s_{spec.run_id}": round(seconds[spec.run_id], 2)})
         ctx.log.info("run %s: L_T %.4f -> %.4f, L_B %.4f -> %.4f (%.0f s)", spec.run_id, tracker.rows[0]["L_T"],
                      tracker.rows[-1]["L_T"], tracker.rows[0]["L_B"], tracker.rows[-1]["L_B"], seconds[spec.run_id])
         tag = {"run_id": spec.run_id}
@@ -107,7 +104,6 @@ def run_grid(problem: ModelProblem, sr: StiffResult, grid: list[RunSpec], cfg: L
         mats.append(pd.DataFrame(tracker.matrix_rows).assign(**tag))
         overlaps.append(pd.DataFrame(tracker.overlap_rows, columns=["step_a", "step_b", "overlap"]).assign(**tag))
         svals[spec.run_id] = np.stack(tracker.svals)
-    ctx.log_timings(**{f"run_s_{k}": round(v, 2) for k, v in seconds.items()})
     frame = pd.concat(frames, ignore_index=True)
     for col in ("L_T", "L_B", "drift_norm", "pred_deg"):
         if not np.isfinite(frame[col].to_numpy(dtype=float)).all():

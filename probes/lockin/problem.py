@@ -11,6 +11,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from interp.errors import InterpError
+
 from . import LockinConfig
 from .curvature import (
     broad_grad,
@@ -38,6 +40,8 @@ class ModelProblem:
 
     def __init__(self, model, cfg: LockinConfig, rng: np.random.Generator, gen: torch.Generator):
         self.model, self.cfg = model, cfg
+        if any(p.requires_grad for p in model.hf.parameters()):  # the cache is exact only if nothing below moves
+            raise InterpError("lockin: the model has trainable parameters; cached slice inputs need it frozen")
         self.sl = Slice(model)
         self.theta0 = self.sl.theta0
         self.P = self.sl.P
