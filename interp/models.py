@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -187,6 +188,8 @@ class ModelInfo:
 
 
 HookFn = Callable[["Tensor"], "Tensor | None"]
+_HOOK_LEVELS = itertools.count(1_000_000)
+"""Context levels of Model.hooks: unique per context, so exiting one removes only its own hooks."""
 
 
 class Model:
@@ -208,13 +211,32 @@ class Model:
     # -- hooks ------------------------------------------------------------------------
     @contextlib.contextmanager
     def hooks(self, pairs: Sequence[tuple[Site, HookFn]]) -> Iterator[None]:
-        """Run the enclosed forwards with `fn(activation)` at each site."""
-        fwd = []
-        for site, fn in pairs:
-            self.check_site(site)
-            fwd.append((site.tl_name, (lambda f: lambda x, hook: f(x))(fn)))
-        with self.bridge.hooks(fwd_hooks=fwd):
+        """Run the enclosed forwards with `fn(activation)` at each site.
+
+        Hooks go straight onto the bridge's HookPoints (looked up once per model): the bridge's own
+        `hooks()` rebuilds its alias table for every hook added (~50 ms each, 1.2 s for 180 hooks).
+        """
+        points = self._hook_points()
+        level = next(_HOOK_LEVELS)
+        added = []
+        try:
+            for site, fn in pairs:
+                self.check_site(site)
+                name = site.tl_name
+                self.bridge.check_hooks_to_add(name)  # gated-off points raise, as bridge.hooks() does
+                if name not in points:
+                    raise KeyError(f"{self.info.name} has no hook point {name!r} (site {site})")
+                points[name].add_hook((lambda f: lambda x, hook: f(x))(fn), dir="fwd", level=level)
+                added.append(points[name])
             yield
+        finally:
+            for hp in added:
+                hp.remove_hooks(dir="fwd", level=level)
+
+    def _hook_points(self) -> dict[str, Any]:
+        if getattr(self, "_points", None) is None:
+            self._points = self.bridge.hook_dict  # canonical names and their aliases -> HookPoint
+        return self._points
 
     def check_site(self, site: Site) -> None:
         if site.layer is not None and not 0 <= site.layer < self.info.n_layers:
