@@ -174,8 +174,12 @@ class KeystoneConfig(ProbeConfig):
             raise ConfigError("ppl_corpus", self.ppl_corpus, '"builtin" or a text file')
         check_range("ppl_seqs", self.ppl_seqs, 1, 100000)
         check_range("ppl_len", self.ppl_len, 4, 131072)
-        check_range("massive_test_seqs", self.massive_test_seqs, 1, self.ppl_seqs)
-        check_range("massive_test_len", self.massive_test_len, 1, self.ppl_len)
+        check_range("massive_test_seqs", self.massive_test_seqs, 1, 100000)
+        check_range("massive_test_len", self.massive_test_len, 1, 131072)
+        if self.massive_test_seqs > self.ppl_seqs:
+            raise ConfigError("massive_test_seqs", self.massive_test_seqs, f"at most ppl_seqs={self.ppl_seqs}")
+        if self.massive_test_len > self.ppl_len:
+            raise ConfigError("massive_test_len", self.massive_test_len, f"at most ppl_len={self.ppl_len}")
         if not self.task_suite.strip():
             raise ConfigError("task_suite", self.task_suite, '"builtin" or a JSONL file')
         check_range("task_items", self.task_items, 3, 100000)
@@ -183,7 +187,7 @@ class KeystoneConfig(ProbeConfig):
         check_range("sft.lr", s.lr, 0.0, 1.0, lo_open=True)
         check_range("sft.epochs", s.epochs, 1, 100)
         check_range("sft.batch", s.batch, 1, 4096)
-        check_range("sft.micro_batch", s.micro_batch, 1, s.batch)
+        check_range("sft.micro_batch", s.micro_batch, 1, 4096)
         if s.batch % s.micro_batch:
             raise ConfigError("sft.micro_batch", s.micro_batch, f"a divisor of sft.batch={s.batch}")
         check_range("sft.warmup_frac", s.warmup_frac, 0.0, 1.0)

@@ -65,7 +65,9 @@ def run(cfg: KeystoneConfig, ctx: RunContext) -> None:
     tf_same = all(np.array_equal(set_tf[t], set_step[t]) for t in types)
     ctx.log_metrics(teacher_forced_max_rel_err=check.max_rel_err, tf_keystone_sets_identical=tf_same)
     ctx.log_timings(teacher_forced_speedup=check.t_step / check.t_tf, tf_per_step_s=check.t_step,
-                    tf_one_pass_s=check.t_tf)
+                    tf_one_pass_s=check.t_tf, tf_check_tokens=check.n_tokens,
+                    teacher_forced_speedup_cpu=check.cpu_step / max(check.cpu_tf, 1e-9),
+                    tf_per_step_cpu_s=check.cpu_step, tf_one_pass_cpu_s=check.cpu_tf)
 
     by_group = defaultdict(list)  # 3. selection, the p sweep's sets, 4. stability
     for (g, _), m in means.items():
@@ -152,6 +154,9 @@ def ablation_study(cfg: KeystoneConfig, ctx: RunContext, model, smap: SliceMap, 
     delta = torch.zeros(n_strip, chunks.shape[1])
     delta[:, 1:] = stats["keystone"].nll[:n_strip] - stats["base"].nll[:n_strip]
     ctx.save_tensors("token_loss_delta", {"tokens": chunks[:n_strip].to(torch.int32), "delta": delta})
+    ctx.save_table("token_strip", pd.DataFrame(
+        [{"seq": s, "pos": j, "token_id": int(chunks[s, j]), "token": model.tokenizer.decode([int(chunks[s, j])]),
+          "delta": float(delta[s, j])} for s in range(n_strip) for j in range(chunks.shape[1])]))
 
     sweep_rows = []  # the p sweep: keystone and one random seed per p (the main p reuses its rows)
     for p, (kp, _) in ctx.tqdm(list(sweep.items()), desc="p sweep"):

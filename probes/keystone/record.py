@@ -173,6 +173,9 @@ class TFCheck:
     max_rel_err: float
     t_step: float
     t_tf: float
+    cpu_step: float
+    """CPU seconds of this process (all threads) for the per-step loop: robust to other jobs on the machine."""
+    cpu_tf: float
     tf: Recording
     step: Recording
     n_tokens: int
@@ -182,12 +185,12 @@ def tf_check(model, gen: Generation, n_tokens: int, types: Sequence[str]) -> TFC
     """Record the first `n_tokens` steps both ways; per-tensor relative error per (type, layer)."""
     g = truncated(gen, n_tokens)
     record_teacher_forced(model, g, types[:1])  # warm-up, so neither timing pays first-call costs
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     step = record_per_step(model, g, types, keep_rows=True)
-    t_step = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    t_step, cpu_step = time.perf_counter() - t0, time.process_time() - c0
+    t0, c0 = time.perf_counter(), time.process_time()
     tf = record_teacher_forced(model, g, types, keep_rows=True)
-    t_tf = time.perf_counter() - t0
+    t_tf, cpu_tf = time.perf_counter() - t0, time.process_time() - c0
     rows = []
     for t in types:
         for layer in range(model.info.n_layers):
@@ -196,7 +199,7 @@ def tf_check(model, gen: Generation, n_tokens: int, types: Sequence[str]) -> TFC
             ref = float(b.abs().max())
             rows.append({"type": t, "layer": layer, "max_abs_err": err, "max_rel_err": err / ref if ref > 0 else err})
     frame = pd.DataFrame(rows)
-    return TFCheck(frame, float(frame["max_rel_err"].max()), t_step, t_tf, tf, step, g.n_steps)
+    return TFCheck(frame, float(frame["max_rel_err"].max()), t_step, t_tf, cpu_step, cpu_tf, tf, step, g.n_steps)
 
 
 def record_all(model, gens: Sequence[Generation], types: Sequence[str], per_step: bool,
