@@ -64,7 +64,7 @@ class GraphSawtoothConfig(ProbeConfig):
     batch_size: int = 8
     """Prompts per forward pass (left padding; the sink column comes from the attention mask)."""
     n_roi_maps: int = 3
-    """Samples whose ROI maps (raw, binary, template) are stored for every layer."""
+    """Selection samples whose ROI maps (raw, binary, template) are stored for every layer (at most n_select)."""
     n_boot: int = 1000
     """Bootstrap resamples of the test items for the accuracy intervals."""
 
@@ -135,7 +135,7 @@ class GraphSawtoothConfig(ProbeConfig):
         if not self.ppl_data.strip():
             raise ConfigError("ppl_data", self.ppl_data, "builtin, builtin:heldout or a .txt / .jsonl file")
         check_range("batch_size", self.batch_size, 1, 1024)
-        check_range("n_roi_maps", self.n_roi_maps, 0, self.n_select)
+        check_range("n_roi_maps", self.n_roi_maps, 0, 100)
         check_range("n_boot", self.n_boot, 10, 100000)
 
     def validate_for_model(self, n_layers: int | None) -> None:

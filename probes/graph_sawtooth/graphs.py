@@ -190,7 +190,12 @@ def synthetic_samples(cfg, rng: np.random.Generator) -> list[Sample]:
     out: list[Sample] = []
     plan = [("select", cfg.n_select), ("cal", cfg.n_cal), ("test", cfg.n_test)]
     for split, count in plan:
-        tasks = [cfg.tasks[i % len(cfg.tasks)] for i in range(count)]
+        pool = list(cfg.tasks)
+        if split == "select" and len(pool) > 1:
+            # the structure is read on edge lists in the n_edges range (the paper samples selection prompts
+            # near the median edge count, preferring long lists): the cycle task's short forests are left out
+            pool = [t for t in pool if t != "cycle"] or pool
+        tasks = [pool[i % len(pool)] for i in range(count)]
         rng.shuffle(tasks)
         seen: dict[str, int] = {}
         first_yes = {t: bool(rng.integers(2)) for t in cfg.tasks}  # odd counts: a coin picks the extra class

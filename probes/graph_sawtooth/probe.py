@@ -339,10 +339,12 @@ def run_controls(model, items, layers, S, gamma, cfg: GraphSawtoothConfig, ctx: 
     """Non-graph perplexity with SLASH on S, and the concentration of the layers after max(S)."""
     texts = load_texts(cfg.ppl_data, seed=cfg.seed)
     chunks = token_chunks(model.tokenizer, texts, cfg.ppl_tokens // cfg.ppl_len, cfg.ppl_len)
-    ppl_base = perplexity(model, chunks, batch_size=cfg.batch_size)
+    # full logits here: keep a batch's (batch, len, vocab) float32 logits near 512 MB (Gemma: 262k vocab)
+    bs = max(1, min(cfg.batch_size, 2**27 // (cfg.ppl_len * model.info.d_vocab)))
+    ppl_base = perplexity(model, chunks, batch_size=bs)
     sl_ppl = Slash(S, gamma, cfg.sink_offsets)  # no padding: the sink is column 0 (+ offsets)
     with model.hooks(sl_ppl.pairs()):
-        ppl_slash = perplexity(model, chunks, batch_size=cfg.batch_size)
+        ppl_slash = perplexity(model, chunks, batch_size=bs)
     later = list(range(max(S) + 1, model.info.n_layers))
     out = {"ppl_base": ppl_base, "ppl_slash": ppl_slash, "later_layers": later, "gamma": gamma,
            "later_base": None, "later_slash": None, "next_maps": {}, "slashes": [sl_ppl]}

@@ -86,7 +86,7 @@ def score_batch(model, items: list[Tokenised], cand_ids: list[list[list[int]]], 
         full_mask = torch.cat([mask[src], cmask], 1)
         pos = mask[src].sum(1, keepdim=True) + torch.arange(width, device=ids.device)[None]
         cache = _cache_from(model, keys, values, src)
-        logits = model.hf(input_ids=cont, attention_mask=full_mask, position_ids=pos, past_key_values=cache,
+        logits = model.hf(input_ids=cont, attention_mask=full_mask, position_ids=pos, cache=cache,
                           use_cache=True).logits.float().log_softmax(-1)
         for i, (r, j) in enumerate(rows):
             toks = cand_ids[r][j]

@@ -322,3 +322,22 @@ def test_prefill_then_continuation_equals_prompt_only_slash(tiny_model):
                     lp = tiny_model.forward(full, torch.ones_like(full))[0].float().log_softmax(-1)
                 want = sum(float(lp[n_prompt - 1 + t, c[t]]) for t in range(len(c)))
                 assert math.isclose(got[r][j], want, abs_tol=2e-3), (gamma, r, j, got[r][j], want)
+
+
+def test_user_jsonl_rows_are_standardised_and_split(tmp_path):
+    import json
+
+    rows = [{"prompt": f"G: (2, {i + 3}) (0, 1) (2, 1) (0, 9)\nQ: edge?\nA:", "answer": " Yes",
+             "candidates": [" Yes", " No"], "task": "edge"} for i in range(6)]
+    path = tmp_path / "graphs.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    cfg = build_config(GraphSawtoothConfig, {"data": str(path), "n_select": 2, "n_cal": 4, "n_test": 4,
+                                             "tasks": ["edge"]})
+    with pytest.raises(Exception, match="at least"):
+        G.user_samples(G.read_rows(str(path)), cfg, np.random.default_rng(0))
+    cfg = build_config(GraphSawtoothConfig, {"data": str(path), "n_select": 2, "n_cal": 2, "n_test": 2,
+                                             "tasks": ["edge"]})
+    samples = G.user_samples(G.read_rows(str(path)), cfg, np.random.default_rng(0))
+    assert Counter(s.split for s in samples) == {"select": 2, "cal": 2, "test": 2}
+    s = samples[0]
+    assert s.prompt.startswith("G: (0, 1) (0, 9) (2, ") and s.n_edges == 4 and len(s.segment_chars) == 2
