@@ -1,0 +1,131 @@
+"""conversational_inertia acceptance (method spec, "Acceptance on the embedded model") at the default size.
+
+Runs the default config on smollm2-135m once, checks every item, writes the measured metrics and the
+verdicts to artifacts/acceptance/conversational_inertia.json and fails listing every unmet check.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from interp.runner import execute, prepare
+from interp.store import load_run
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+BUDGET_S = 8 * 60
+"""The spec's budget on the 2-core CPU with DPO off."""
+SLACK = float(os.environ.get("INTERP_BUDGET_SLACK", "1"))
+"""Multiplier of the wall-clock budget for machines shared with other jobs (the timing is always reported)."""
+
+
+def checks(run, model) -> dict[str, tuple[bool, str]]:
+    m = run.metrics
+    g = lambda k: m.get(k, float("nan"))  # noqa: E731
+    out: dict[str, tuple[bool, str]] = {}
+
+    def check(name: str, ok, detail: str) -> None:
+        out[name] = (bool(ok), detail)
+
+    # 1. diagonal signature
+    check("max_diag_z >= 6", g("max_diag_z") >= 6, f"{g('max_diag_z'):.2f}")
+    check("n_inertia_heads >= 1", g("n_inertia_heads") >= 1, f"{g('n_inertia_heads')}")
+    check("max_diag_z_control <= 0.5 max_diag_z", g("max_diag_z_control") <= 0.5 * g("max_diag_z"),
+          f"{g('max_diag_z_control'):.2f} vs {0.5 * g('max_diag_z'):.2f}")
+    # 2. round trends
+    check("prev_assistant_share_rho >= 0.5, p < 0.05",
+          g("prev_assistant_share_rho") >= 0.5 and g("prev_assistant_share_p") < 0.05,
+          f"rho {g('prev_assistant_share_rho'):.3f}, p {g('prev_assistant_share_p'):.2g}")
+    check("system_share_rho < 0, p < 0.05", g("system_share_rho") < 0 and g("system_share_p") < 0.05,
+          f"rho {g('system_share_rho'):.3f}, p {g('system_share_p'):.2g}")
+    check("prev_assistant_enrichment_rho > user_enrichment_rho",
+          g("prev_assistant_enrichment_rho") > g("user_enrichment_rho"),
+          f"{g('prev_assistant_enrichment_rho'):.3f} vs {g('user_enrichment_rho'):.3f}")
+    check("prev_assistant_enrichment_last > user_enrichment_last",
+          g("prev_assistant_enrichment_last") > g("user_enrichment_last"),
+          f"{g('prev_assistant_enrichment_last'):.3f} vs {g('user_enrichment_last'):.3f}")
+    # 3. behaviour (DoorExplore, N = 8)
+    check("bait N = 8", g("bait_n") == 8, f"{g('bait_n')}")
+    check("repeat_rate_long >= 0.5", g("repeat_rate_long") >= 0.5, f"{g('repeat_rate_long'):.3f}")
+    check("repeat rate rises with N (Spearman > 0)", g("repeat_rate_long_n_rho") > 0,
+          f"rho {g('repeat_rate_long_n_rho'):.3f}; by N {m.get('repeat_rate_long_by_n')}")
+    check("repeat_rate_long - repeat_rate_window >= 0.3", g("repeat_rate_long") - g("repeat_rate_window") >= 0.3,
+          f"{g('repeat_rate_long') - g('repeat_rate_window'):.3f}")
+    check("paired 95% CI of Long - Window excludes 0", g("repeat_diff_long_window_ci_low") > 0,
+          f"[{g('repeat_diff_long_window_ci_low'):.3f}, {g('repeat_diff_long_window_ci_high'):.3f}]")
+    check("repeat_rate_long - repeat_rate_short >= 0.10", g("repeat_rate_long") - g("repeat_rate_short") >= 0.10,
+          f"{g('repeat_rate_long') - g('repeat_rate_short'):.3f}")
+    check("repeat_rate_clip <= repeat_rate_long", g("repeat_rate_clip") <= g("repeat_rate_long"),
+          f"{g('repeat_rate_clip'):.3f} vs {g('repeat_rate_long'):.3f}")
+    for policy in ("long", "window", "last1"):
+        rate = g(f"unparsed_rate_{policy}")
+        check(f"unparsed_rate_{policy} <= 0.3", rate <= 0.3, f"{rate:.3f}")
+    check("DoorWorld rates reported", "doorworld_repeat_rate_long" in m and "doorworld_repeat_rate_short" in m,
+          f"long {g('doorworld_repeat_rate_long')}, short {g('doorworld_repeat_rate_short')}")
+    # 4. CPL
+    pairs = run.jsonl("cpl_pairs")
+    bait = [p for p in pairs if p["env"] == "doorexplore" and p["kind"] == "bait"]
+    check("n_cpl_pairs >= 10 from DoorExplore bait histories", len(bait) >= 10 and g("n_cpl_pairs") == len(pairs),
+          f"{len(bait)} of {len(pairs)} pairs")
+    check("every pair has chosen != rejected", all(p["chosen"] != p["rejected"] for p in pairs), f"{len(pairs)} pairs")
+    same = _prompts_match_long_runs(run, pairs, model)
+    full = [len(p["prompt"]) == 2 + 2 * p["N"] and p["prompt"][-1]["content"].startswith(f"Round {p['N'] + 1}.")
+            for p in pairs]
+    check("every prompt is the Long context of its state", all(same) and all(full) and len(same) >= len(bait),
+          f"{sum(same)} of {len(same)} pairs with a behaviour run match its Long prompt's tokens; "
+          f"{sum(full)} of {len(pairs)} hold all N rounds")
+    # 5. invariants
+    check("partition shares sum to 1 +- 1e-4", g("share_sum_max_err") <= 1e-4 and g("pattern_row_sum_max_err") <= 1e-4,
+          f"{g('share_sum_max_err'):.2e}, rows {g('pattern_row_sum_max_err'):.2e}")
+    shares = run.table("segment_shares")
+    part = shares[shares.segment.isin(["system", "user", "prev_assistant", "self", "other"])]
+    sums = part.groupby(["transcript_id", "layer"]).share.sum().to_numpy()
+    check("stored shares sum to 1 per transcript and layer", np.allclose(sums, 1, atol=1e-4),
+          f"max error {np.abs(sums - 1).max():.2e}")
+    check("null calibration: |z| <= 3 in >= 95 of 100 structureless blocks", g("null_calibration_within_3") >= 95,
+          f"{g('null_calibration_within_3')} of {g('null_calibration_n')}")
+    check("constant block reports z = 0", g("null_constant_block_z") == 0, f"{g('null_constant_block_z')}")
+    seconds = run.manifest["timings"].get("seconds_total", float("nan"))
+    check(f"wall-clock <= {BUDGET_S * SLACK:.0f} s (budget {BUDGET_S} s x slack {SLACK:g})",
+          seconds <= BUDGET_S * SLACK, f"{seconds:.0f} s")
+    return out
+
+
+def _prompts_match_long_runs(run, pairs: list[dict], model) -> list[bool]:
+    """For each pair whose state was also run under Long in the behaviour table: its prompt, rendered with
+    the generation prompt, has exactly that run's context tokens."""
+    from probes.conversational_inertia.render import render
+
+    rows = run.table("behavior")
+    long = rows[rows.policy == "long"].set_index(["episode_id", "N"]).context_tokens.to_dict()
+    out = []
+    for p in pairs:
+        key = (p["state_id"].rsplit("-n", 1)[0], p["N"])
+        if key in long:
+            r = render(model.tokenizer, p["prompt"], model.info.chat, generation_prompt=True)
+            out.append(len(r) == long[key])
+    return out
+
+
+def test_acceptance_on_the_embedded_model(model):
+    spec, cfg = prepare("conversational_inertia", {})
+    run = load_run(execute(spec, cfg, out=ROOT / "artifacts", model=model, progress=False))
+    results = checks(run, model)
+    report = {
+        "probe": "conversational_inertia", "model": run.manifest["model"].get("name"), "run": str(run.path),
+        "metrics": run.metrics, "timings": run.timings,
+        "checks": {name: {"passed": ok, "measured": detail} for name, (ok, detail) in results.items()},
+    }
+    out = ROOT / "artifacts" / "acceptance"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "conversational_inertia.json").write_text(json.dumps(report, indent=1, default=str))
+    for name, (ok, detail) in results.items():
+        print(f"{'PASS' if ok else 'FAIL'}  {name}: {detail}")
+    failed = [f"{name} ({detail})" for name, (ok, detail) in results.items() if not ok]
+    assert not failed, "unmet acceptance checks: " + "; ".join(failed)
