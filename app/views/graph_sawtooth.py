@@ -91,8 +91,9 @@ def render(run: Run) -> None:
     c[3].metric("edited pattern reaches z", str(m.get("pattern_edit_reaches_z")))
     st.dataframe(run.table("invariants"), hide_index=True)
 
-    with st.expander("Per-head plain AUC excess over the null (not the paper's metric)"):
-        st.plotly_chart(F.head_heatmap(run.table("head_scores")), key="graph_sawtooth.heads")
+    if "head_scores.parquet" in run.manifest.get("files", {}):
+        with st.expander("Per-head plain AUC excess over the null (not the paper's metric)"):
+            st.plotly_chart(F.head_heatmap(run.table("head_scores")), key="graph_sawtooth.heads")
 
 
 def _roi_viewer(run: Run, layers, S: list[int]) -> None:

@@ -50,7 +50,11 @@ class GraphSawtoothConfig(ProbeConfig):
     n_random_layer_seeds: int = 3
     """Random layer sets of size |S| drawn outside S for the control (median accuracy reported)."""
     mode: Literal["per_layer"] = "per_layer"
-    """per_layer: heads averaged per layer for scoring and selection (per-head scores are always stored)."""
+    """per_layer: heads averaged per layer for scoring, selection and SLASH (the paper's; per_head is not
+    implemented: per-head scores are reported, see head_scores)."""
+    head_scores: bool = True
+    """Also score every head against the template and its null (memory per batch grows with layers x heads x
+    ROI^2: turn off for long prompts on large models)."""
     ppl_tokens: int = 4096
     """Tokens of non-graph text (the built-in corpus) for the perplexity control."""
     ppl_len: int = 128

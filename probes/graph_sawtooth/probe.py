@@ -90,9 +90,11 @@ def build_samples(cfg: GraphSawtoothConfig, rng: np.random.Generator) -> list[Sa
 # ============================================================================= 2. structure
 
 
-def _units(roi_heads: np.ndarray) -> np.ndarray:
-    """(layer, head, R, R) -> units (layer + layer*head, R, R): the head means first, then every head."""
+def _units(roi_heads: np.ndarray, heads: bool) -> np.ndarray:
+    """(layer, head, R, R) -> units (layer [+ layer*head], R, R): the head means first, then every head."""
     n_layers, n_heads, r, _ = roi_heads.shape
+    if not heads:
+        return roi_heads.mean(1)
     return np.concatenate([roi_heads.mean(1), roi_heads.reshape(n_layers * n_heads, r, r)])
 
 
@@ -117,7 +119,8 @@ def measure_structure(model, items: list[Tokenised], cfg: GraphSawtoothConfig, c
     for idx in ctx.tqdm(batches, desc="structure"):
         caps = capture_batch(model, [items[i] for i in idx], all_layers, cfg.sink_offsets)
         for i, cap in zip(idx, caps):
-            sc = score_sample(_units(cap.roi_heads), items[i].spans, nulls[i], cfg.max_shift, cfg.binarize)
+            sc = score_sample(_units(cap.roi_heads, cfg.head_scores), items[i].spans, nulls[i], cfg.max_shift,
+                              cfg.binarize)
             L = n_layers
             out["concentration"][i] = sc["concentration"][:L]
             out["concentration_null"][:, i] = sc["concentration_null"][:, :L]
@@ -127,9 +130,10 @@ def measure_structure(model, items: list[Tokenised], cfg: GraphSawtoothConfig, c
             out["locality_auc"][i] = sc["locality_auc"]
             out["sink_mass"][i] = cap.sink_mass
             out["entropy"][i] = cap.entropy
-            out["head_concentration"][i] = sc["concentration"][L:].reshape(L, n_heads)
-            out["head_auc"][i] = sc["auc"][L:].reshape(L, n_heads)
-            out["head_auc_null"][i] = np.nanmean(sc["auc_null"][:, L:], 0).reshape(L, n_heads)
+            if cfg.head_scores:
+                out["head_concentration"][i] = sc["concentration"][L:].reshape(L, n_heads)
+                out["head_auc"][i] = sc["auc"][L:].reshape(L, n_heads)
+                out["head_auc_null"][i] = np.nanmean(sc["auc_null"][:, L:], 0).reshape(L, n_heads)
             if i < cfg.n_roi_maps:
                 out["maps"][i] = {
                     "raw": cap.roi_heads.mean(1).astype(np.float32),
@@ -407,12 +411,13 @@ def save(ctx, cfg, samples, items, st, layers, sel, sweep, evals, controls, inva
         "in_S_score": [i in s_score for i in range(n_layers)], "in_S_ent": [i in s_ent for i in range(n_layers)],
         "selected": [i in S for i in range(n_layers)],
     }))
-    hc, ha, hn = (np.nanmean(st[k], 0) for k in ("head_concentration", "head_auc", "head_auc_null"))
-    n_heads = hc.shape[1]
-    ctx.save_table("head_scores", pd.DataFrame({
-        "layer": np.repeat(np.arange(n_layers), n_heads), "head": np.tile(np.arange(n_heads), n_layers),
-        "concentration": hc.ravel(), "auc": ha.ravel(), "auc_null": hn.ravel(), "auc_excess": (ha - hn).ravel(),
-    }))
+    if cfg.head_scores:
+        hc, ha, hn = (np.nanmean(st[k], 0) for k in ("head_concentration", "head_auc", "head_auc_null"))
+        n_heads = hc.shape[1]
+        ctx.save_table("head_scores", pd.DataFrame({
+            "layer": np.repeat(np.arange(n_layers), n_heads), "head": np.tile(np.arange(n_heads), n_layers),
+            "concentration": hc.ravel(), "auc": ha.ravel(), "auc_null": hn.ravel(), "auc_excess": (ha - hn).ravel(),
+        }))
     k = layers["auc_null_draws"].shape[0]
     ctx.save_table("null_draws", pd.DataFrame({
         "draw": np.repeat(np.arange(k), n_layers), "layer": np.tile(np.arange(n_layers), k),

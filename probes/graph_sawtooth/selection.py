@@ -87,7 +87,7 @@ def entropy_band(entropy: np.ndarray) -> dict[str, Any]:
     baseline = float(np.median(smooth))
     min_width = max(3, math.ceil(0.32 * n))
     cands = []
-    for p, pr in zip(peaks, prom):
+    for p, pr in zip(peaks.tolist(), prom.tolist()):
         height = float(smooth[p] - baseline)
         thr = 0.35
         lo, hi = _grow(smooth, p, baseline + thr * height)
