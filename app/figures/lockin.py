@@ -42,7 +42,7 @@ def collapse(runs: pd.DataFrame, curve: pd.DataFrame | None, sigma_res: float | 
         s = 2 * (sigma_res or 0.0)
         fig.add_trace(go.Scatter(x=np.r_[u, u[::-1]], y=np.r_[g + s, (g - s)[::-1]], fill="toself", mode="none",
                                  fillcolor="rgba(0,0,0,0.10)", name="±2σ_res", hoverinfo="skip"))
-        fig.add_trace(go.Scatter(x=u, y=g, mode="lines", line={"color": "black", "width": 2.5, "shape": "hv"},
+        fig.add_trace(go.Scatter(x=u, y=g, mode="lines", line={"color": "black", "width": 2.5},
                                  name="shared curve g(u)"))
     for rid, grp, st in _runs(runs):
         fig.add_trace(go.Scatter(x=grp["u"], y=grp["b"], mode="lines+markers", name=rid,
