@@ -148,8 +148,8 @@ class KeystoneConfig(ProbeConfig):
         super().validate()
         if not self.prompt_source.strip():
             raise ConfigError("prompt_source", self.prompt_source, '"builtin" or a JSONL file')
-        check_range("n_groups", self.n_groups, 1, 10)
-        check_range("max_new_tokens", self.max_new_tokens, 2, 16000)
+        check_range("n_groups", self.n_groups, 2, 10)
+        check_range("max_new_tokens", self.max_new_tokens, 16, 16000)
         check_range("repetition_penalty", self.repetition_penalty, 1.0, 10.0)
         check_range("penalty_window", self.penalty_window, 1, 100000)
         if not self.neuron_types:
@@ -163,7 +163,7 @@ class KeystoneConfig(ProbeConfig):
         check_range("top_p", self.top_p, 0.0, 1.0, lo_open=True)
         for p in self.p_sweep:
             check_range("p_sweep", p, 0.0, 1.0, lo_open=True)
-        check_range("tf_check_tokens", self.tf_check_tokens, 2, 128)
+        check_range("tf_check_tokens", self.tf_check_tokens, 8, 128)
         if self.n_random_seeds < 5:
             raise ConfigError("n_random_seeds", self.n_random_seeds, "at least 5 (the median of the random control)")
         check_range("n_random_seeds", self.n_random_seeds, 5, 100)

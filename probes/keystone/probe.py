@@ -131,7 +131,7 @@ def ablation_study(cfg: KeystoneConfig, ctx: RunContext, model, smap: SliceMap, 
 
     # Step 6: single-unit position-0 test on the first tokens of the first sequences
     mchunks = chunks[: cfg.massive_test_seqs, : cfg.massive_test_len]
-    writers, _ = massive_writers(model, smap, key, mchunks, cfg.rope_pair_ablation, progress=ctx.tqdm)
+    writers, _ = massive_writers(model, key, mchunks, cfg.rope_pair_ablation, progress=ctx.tqdm)
     ctx.save_table("massive_writers", writers)
     writer_units = [(r.type, int(r.layer), int(r["index"])) for _, r in writers[writers.is_writer].iterrows()]
     wmask = from_units(writer_units, key)

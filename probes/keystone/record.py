@@ -22,6 +22,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from interp.generate import greedy, windowed_repetition_penalty
+from interp.sites import Site
 
 from .data import Prompt
 from .neurons import recording_site, widths
@@ -98,6 +99,23 @@ def generate(model, prompts: Sequence[Prompt], max_new_tokens: int, penalty: flo
 # ----------------------------------------------------------------------------- recording
 
 
+class _Stop(Exception):
+    """Raised after the last layer: measurements that need no logits skip the final norm and unembedding."""
+
+
+def forward_to_last_layer(model, ids: Tensor) -> None:
+    """A hooked forward of `ids` that stops after the last layer's resid_post (its hooks have all fired)."""
+
+    def stop(act: Tensor) -> None:
+        raise _Stop
+
+    with model.hooks([(Site("resid_post", model.info.n_layers - 1), stop)]):
+        try:
+            model.forward(ids.to(model.device))
+        except _Stop:
+            pass
+
+
 @dataclass
 class Recording:
     sums: dict[str, Float[Tensor, "layer n"]]
@@ -145,7 +163,7 @@ def record_teacher_forced(model, gen: Generation, types: Sequence[str], keep_row
     ids = torch.tensor([gen.fed], dtype=torch.long, device=model.device)
     state = {"rows": slice(gen.n_prompt - 1, None)}
     with _recorder(model, types, state, keep_rows):
-        model.forward(ids)
+        forward_to_last_layer(model, ids)
     return _result(state, gen.n_steps, keep_rows)
 
 
@@ -155,7 +173,7 @@ def record_per_step(model, gen: Generation, types: Sequence[str], keep_rows: boo
     state = {"rows": slice(-1, None)}
     with _recorder(model, types, state, keep_rows):
         for t in range(gen.n_steps):
-            model.forward(torch.tensor([fed[: gen.n_prompt + t]], dtype=torch.long, device=model.device))
+            forward_to_last_layer(model, torch.tensor([fed[: gen.n_prompt + t]], dtype=torch.long))
     return _result(state, gen.n_steps, keep_rows)
 
 

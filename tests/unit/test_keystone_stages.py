@@ -310,3 +310,31 @@ def test_masked_sft_trains_only_the_slices_in_strict_mode(tiny_model, mode):
     assert not any(p.requires_grad for p in params.values())
     restore(tiny_model, originals)
     assert weights_digest(tiny_model) == digest
+
+
+def test_batched_single_unit_test_equals_weight_edits_one_by_one(tiny_model):
+    """The massive-writer test zeroes each unit on its own copy of the batch; same norms as weight edits."""
+    import torch
+
+    from interp.intervene import edit_weights
+    from probes.keystone.ablate import forward_stats, massive_writers, zero_edits
+    from probes.keystone.neurons import SliceMap, widths
+
+    smap = SliceMap(tiny_model)
+    w = widths(tiny_model.info)
+    key = {t: np.zeros((tiny_model.info.n_layers, w[t]), bool) for t in TYPES}
+    for t in TYPES:
+        key[t][0, 1] = key[t][1, 3] = True
+    chunks = torch.randint(10, 1000, (2, 6))
+    frame, base = massive_writers(tiny_model, key, chunks, rope_pair=True, batch_tokens=3 * 12)  # 3 units a pass
+    ref = forward_stats(tiny_model, chunks, 2, nll=False, sink=False)
+    assert base == pytest.approx(ref.pos0_norm, rel=1e-5)
+    assert len(frame) == count(key) == 12
+    assert frame.cut_frac.abs().max() > 1e-3, "no unit moved the norm: the comparison would be vacuous"
+    for r in frame.itertuples():
+        single = {t: np.zeros_like(m) for t, m in key.items()}
+        single[r.type][r.layer, r.index] = True
+        with edit_weights(tiny_model, zero_edits(smap, single, tiny_model.info.d_head, rope_pair=True)):
+            norm = forward_stats(tiny_model, chunks, 2, nll=False, sink=False).pos0_norm
+        assert r.pos0_norm_single == pytest.approx(norm, rel=1e-4), (r.type, r.layer, r.index)
+        assert r.cut_frac == pytest.approx(1 - norm / base, abs=1e-4)
