@@ -67,13 +67,15 @@ def prompt_text(model, user: str, system: str | None = None) -> str:
 
 
 def _plain_stop(model, ids: list[int]) -> tuple[list[int], bool]:
-    """Cut a base model's continuation where it starts the next user turn ("\\nUser:")."""
+    """Cut a base model's continuation before the newline that starts the next user turn ("\\nUser:").
+
+    That newline's token is the stop token (counted in T, never fed back)."""
     marker = "\n" + ROLE_USER
-    text = model.tokenizer.decode(ids)
-    if marker not in text:
+    at = model.tokenizer.decode(ids).find(marker)
+    if at < 0:
         return ids, False
-    for k in range(len(ids)):  # first token whose prefix completes the marker: the stop token
-        if marker in model.tokenizer.decode(ids[: k + 1]):
+    for k in range(len(ids)):  # the token that reaches into the marker's first character
+        if len(model.tokenizer.decode(ids[: k + 1])) > at:
             return ids[:k], True
     return ids, False  # pragma: no cover
 
