@@ -215,8 +215,12 @@ def tf_panel(run: Run) -> None:
     cols[0].metric("per-step loop", f"{common.fmt_value(t.get('tf_per_step_s'))} s")
     cols[1].metric("one teacher-forced pass", f"{common.fmt_value(t.get('tf_one_pass_s'))} s")
     cols[2].metric("speed-up", common.fmt_value(t.get("teacher_forced_speedup")))
-    st.caption(f"Top-p sets identical: {common.fmt_value(run.metrics.get('tf_keystone_sets_identical'))}; "
-               f"max relative error {common.fmt_value(run.metrics.get('teacher_forced_max_rel_err'))}.")
+    st.caption(f"{common.fmt_value(t.get('tf_check_tokens'))} tokens of the first prompt recorded both ways. "
+               f"Top-p sets identical: {common.fmt_value(run.metrics.get('tf_keystone_sets_identical'))}; "
+               f"max relative error {common.fmt_value(run.metrics.get('teacher_forced_max_rel_err'))}. "
+               f"CPU time (robust to other jobs on the machine): {common.fmt_value(t.get('tf_per_step_cpu_s'))} s vs "
+               f"{common.fmt_value(t.get('tf_one_pass_cpu_s'))} s, "
+               f"{common.fmt_value(t.get('teacher_forced_speedup_cpu'))}×.")
     if _has(run, "tf_check"):
         st.plotly_chart(F.tf_error(run.table("tf_check")), key=K + "tf")
 
