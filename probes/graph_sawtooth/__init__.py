@@ -72,6 +72,9 @@ class GraphSawtoothConfig(ProbeConfig):
     n_boot: int = 1000
     """Bootstrap resamples of the test items for the accuracy intervals."""
 
+    #: SLASH edits the post-softmax pattern; scoring rebuilds the KV cache from post-rotary keys and values
+    REQUIRES = ("attn_pattern", "edit:attn_pattern", "attn_rot_k", "attn_v", "attn_z")
+
     SIZE_PRESETS = {
         "micro": {
             "n_nodes": [6, 8],

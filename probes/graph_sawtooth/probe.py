@@ -343,6 +343,11 @@ def run_controls(model, items, layers, S, gamma, cfg: GraphSawtoothConfig, ctx: 
     """Non-graph perplexity with SLASH on S, and the concentration of the layers after max(S)."""
     texts = load_texts(cfg.ppl_data, seed=cfg.seed)
     chunks = token_chunks(model.tokenizer, texts, cfg.ppl_tokens // cfg.ppl_len, cfg.ppl_len)
+    tok, bos = model.tokenizer, model.tokenizer.bos_token_id
+    plain = tok("a", add_special_tokens=False)["input_ids"]
+    adds_bos = bos is not None and tok("a")["input_ids"][:1] == [bos] and plain[:1] != [bos]
+    if adds_bos:  # BOS follows the tokenizer (Gemma): its <bos> is the sink, as in the graph prompts
+        chunks = [[bos, *c] for c in chunks]
     # full logits here: keep a batch's (batch, len, vocab) float32 logits near 512 MB (Gemma: 262k vocab)
     bs = max(1, min(cfg.batch_size, 2**27 // (cfg.ppl_len * model.info.d_vocab)))
     ppl_base = perplexity(model, chunks, batch_size=bs)
