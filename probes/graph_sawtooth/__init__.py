@@ -113,7 +113,8 @@ class GraphSawtoothConfig(ProbeConfig):
         if not 2 <= elo <= ehi:
             raise ConfigError("n_edges", list(self.n_edges), "[lo, hi] with 2 <= lo <= hi")
         if ehi > hi * (hi - 1) // 2 or elo > lo * (lo - 1) // 2 - 1:
-            raise ConfigError("n_edges", list(self.n_edges), f"edge counts that graphs on {lo}..{hi} nodes can hold")
+            raise ConfigError("n_edges", list(self.n_edges),
+                              f"edge counts that graphs of n_nodes={lo}..{hi} can hold (lo < n(n-1)/2, hi <= n(n-1)/2)")
         check_range("n_select", self.n_select, 1, 100000)
         if not self.tasks:
             raise ConfigError("tasks", list(self.tasks), "a non-empty subset of " + ", ".join(TASKS))
@@ -122,8 +123,10 @@ class GraphSawtoothConfig(ProbeConfig):
                 raise ConfigError("tasks", t, "one of " + ", ".join(TASKS))
         if len(set(self.tasks)) != len(self.tasks):
             raise ConfigError("tasks", list(self.tasks), "each task at most once")
-        check_range("n_cal", self.n_cal, len(self.tasks), 100000)
-        check_range("n_test", self.n_test, len(self.tasks), 100000)
+        for name in ("n_cal", "n_test"):
+            n = getattr(self, name)
+            if not len(self.tasks) <= n <= 100000:
+                raise ConfigError(name, n, f"an integer in [len(tasks)={len(self.tasks)}, 100000]")
         check_range("max_shift", self.max_shift, 0, 16)
         check_range("n_null", self.n_null, 2, 10000)
         if not self.gammas:
@@ -136,7 +139,8 @@ class GraphSawtoothConfig(ProbeConfig):
             check_range("sink_offsets", o, 0, 64)
         check_range("n_random_layer_seeds", self.n_random_layer_seeds, 1, 100)
         check_range("ppl_len", self.ppl_len, 8, 8192)
-        check_range("ppl_tokens", self.ppl_tokens, self.ppl_len, 10_000_000)
+        if not self.ppl_len <= self.ppl_tokens <= 10_000_000:
+            raise ConfigError("ppl_tokens", self.ppl_tokens, f"an integer in [ppl_len={self.ppl_len}, 10000000]")
         if self.data is not None and not self.data.strip():
             raise ConfigError("data", self.data, "null (synthetic graphs) or a JSONL file")
         if not self.ppl_data.strip():
