@@ -137,5 +137,7 @@ class LockinConfig(ProbeConfig):
         check_range("lora_lr", self.lora_lr, 0.0, 1.0, lo_open=True)
         check_range("overhead_steps", self.overhead_steps, 2, 100_000)
         check_range("heatmap_mb", self.heatmap_mb, 0, 1_000_000)
+        if self.grid == "full" and self.k_stiff < 32:
+            raise ConfigError("k_stiff", self.k_stiff, "at least 32 with grid=full (it projects off k = 8 and 32)")
         if self.curvature == "empirical_fisher" and self.fisher_m < 2:
             raise ConfigError("fisher_m", self.fisher_m, "at least 2 with curvature=empirical_fisher")

@@ -297,3 +297,31 @@ def test_whole_smoke_grid_on_the_tiny_model(tiny_model, tiny_model_dir, tmp_path
     assert lora["drift_norm"].iloc[0] == 0 and lora["drift_norm"].iloc[-1] > 0, "LoRA merged weights moved"
     assert {"gate_proj", "up_proj", "down_proj"} <= {n.rsplit(".", 1)[-1] for n in run.table("matrices").matrix}
     assert len(run.table("overlaps")) > 0 and len(run.table("changepoints")) == 7
+
+
+@pytest.mark.parametrize("curvature", ["hessian", "empirical_fisher"])
+def test_other_operators_refresh_and_exact_curvature_drift_on_the_tiny_model(tiny_model, tiny_model_dir, tmp_path,
+                                                                             curvature):
+    from interp.runner import execute, prepare
+    from interp.store import load_run
+
+    spec, cfg = prepare("lockin", {
+        "model": str(tiny_model_dir), "grid": "quick", "steps": 6, "log_every": 2, "seq_len": 24, "train_seqs": 4,
+        "batch_seqs": 2, "batch_positions": 8, "broad_eval_positions": 32, "narrow_eval_positions": 32,
+        "k_stiff": 2, "lanczos_iters": 6, "window_W": 3, "tau": 2, "fisher_m": 4, "fisher_every": 0,
+        "overhead": False, "synthetic": False, "curvature": curvature, "refresh_every": 3,
+        "exact_curvature_drift": True})
+    run = load_run(execute(spec, cfg, out=tmp_path, model=tiny_model, progress=False))
+    assert run.metrics["curvature"] == curvature and run.metrics["lm_weights_unchanged"]
+    runs = run.table("runs")
+    assert runs["curv_drift_exact"].notna().all() and (runs[runs.step > 0]["curv_drift_exact"] != 0).any()
+
+
+def test_full_grid_needs_32_stiff_directions():
+    from interp.config import build_config
+    from interp.errors import ConfigError
+    from probes.lockin import LockinConfig
+
+    with pytest.raises(ConfigError, match="k_stiff"):
+        build_config(LockinConfig, {"grid": "full"})
+    assert build_config(LockinConfig, {"grid": "full", "k_stiff": 32, "lanczos_iters": 80}).k_stiff == 32
