@@ -99,7 +99,7 @@ def runs_frame(infos: list[RunInfo]) -> pd.DataFrame:
             "started": (i.started or "").replace("T", " ")[:19] or None,
             "seconds": i.seconds,
             "metrics": common.short_metrics(i.metrics),
-            "error": i.error,
+            "error": i.error or "",
         }
         for i in infos
     ]

@@ -38,6 +38,8 @@ def runs(tmp_path_factory, request) -> Runs:
         try:
             out.done[name] = ref(execute(spec, cfg, out=root, model=model, progress=False))
         except Exception as e:  # noqa: BLE001 - recorded in the run; the page tests report it
+            if type(e).__name__ == "_Terminated":  # the runner's SIGTERM: stop the session, not just this run
+                raise
             out.errors[name] = f"{type(e).__name__}: {e}"
             out.done[name] = ref(new_run(root, name, before))
 
