@@ -68,8 +68,13 @@ def render(run: Run) -> None:
     st.plotly_chart(F.entropy_panel(sel["S_ent"]), key="graph_sawtooth.entropy")
 
     st.subheader("SLASH: calibration and test")
-    st.plotly_chart(F.gamma_curve(run.table("gamma_sweep"), float(m.get("gamma_best", 1.0))),
-                    key="graph_sawtooth.gamma")
+    sweep = run.table("gamma_sweep")
+    st.plotly_chart(F.gamma_curve(sweep, float(m.get("gamma_best", 1.0))), key="graph_sawtooth.gamma")
+    if "mean_abs_dlogprob" in sweep:
+        st.caption("How far SLASH moves the scores, flipped or not (calibration, mean over items): the answer's "
+                   "margin over the best other candidate, and |Δ log p(answer)| against γ = 1.")
+        st.dataframe(sweep[sweep["task"] == "all"][["gamma", "acc_cal", "margin", "mean_abs_dlogprob"]],
+                     hide_index=True)
     ev = run.table("eval")
     left, right = st.columns(2)
     with left:

@@ -244,17 +244,29 @@ def _cands(items, cands) -> list[list[list[int]]]:
 
 
 def gamma_sweep(model, items, cands, S, cfg: GraphSawtoothConfig, ctx: RunContext) -> dict:
-    """Calibration accuracy for every gamma on S (gamma = 1 is the unmodified model)."""
-    rows, slashes = [], []
-    for gamma in cfg.gamma_grid:
+    """Calibration accuracy for every gamma on S (gamma = 1, the unmodified model, runs first), with the
+    mean answer margin (its log-probability minus the best other candidate's) and the mean |change| of
+    the answer's log-probability against gamma = 1: how far the edit moves the scores, flipped or not."""
+    rows, slashes, base = [], [], None
+    for gamma in sorted(cfg.gamma_grid, key=lambda g: g != 1.0):
         sl = None if gamma == 1.0 else Slash(S, gamma, cfg.sink_offsets)
         scores = score_all(model, items, _cands(items, cands), cfg.batch_size, sl,
                            progress=lambda it, g=gamma: ctx.tqdm(it, desc=f"calibrate gamma={g}"))
-        if sl is not None:
+        if sl is None:
+            base = scores
+        else:
             slashes.append(sl)
         _, acc = _accuracy(items, scores)
-        rows += [{"gamma": gamma, "task": task, "acc_cal": a} for task, a in acc.items()]
-    return {"table": pd.DataFrame(rows), "slashes": slashes}
+        ans = np.array([s[t.sample.answer_index] for t, s in zip(items, scores)])
+        other = np.array([np.delete(s, t.sample.answer_index).max() for t, s in zip(items, scores)])
+        shift = np.abs(ans - np.array([b[t.sample.answer_index] for t, b in zip(items, base)]))
+        tasks = np.array([t.sample.task for t in items])
+        for task, a in acc.items():
+            sel = np.ones(len(items), bool) if task == "all" else tasks == task
+            rows.append({"gamma": gamma, "task": task, "acc_cal": a, "margin": float((ans - other)[sel].mean()),
+                         "mean_abs_dlogprob": float(shift[sel].mean())})
+    table = pd.DataFrame(rows).sort_values(["gamma"], kind="stable").reset_index(drop=True)
+    return {"table": table, "slashes": slashes}
 
 
 def pick_gamma(t: pd.DataFrame) -> float:
@@ -516,5 +528,8 @@ def metrics(cfg, layers, sel, checks, invariants, sweep, gamma_best, evals, cont
         "n_select": cfg.n_select, "n_cal": cfg.n_cal, "n_test": cfg.n_test,
     }
     for g in sorted(sw.gamma.unique()):
-        m[f"acc_cal_gamma_{g:g}"] = float(sw[(sw.gamma == g) & (sw.task == "all")].acc_cal.iloc[0])
+        row = sw[(sw.gamma == g) & (sw.task == "all")].iloc[0]
+        m[f"acc_cal_gamma_{g:g}"] = float(row.acc_cal)
+        if g < 1:
+            m[f"cal_dlogprob_gamma_{g:g}"] = float(row.mean_abs_dlogprob)
     return m

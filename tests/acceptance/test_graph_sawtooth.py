@@ -68,7 +68,7 @@ def checks(run) -> tuple[dict[str, tuple[bool, str]], dict[str, tuple[bool, str]
         layers = [int(x) for x in S.split(",")]
     except ValueError:
         layers = []
-    n_layers = run.manifest["model"]["n_layers"]
+    n_layers = len(run.table("layer_scores"))
     check("S non-empty and selected_layers parses", bool(layers) and all(0 <= x < n_layers for x in layers)
           and layers == sorted(set(layers)), f"S = {S!r}")
     fb = m.get("selection_fallback")
