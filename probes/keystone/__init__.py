@@ -111,6 +111,8 @@ class KeystoneConfig(ProbeConfig):
     sft: SFTConfig = field(default_factory=SFTConfig)
     """Keystone-only fine-tuning (see sft.*)."""
 
+    REQUIRES = ("attn_rot_q", "attn_rot_k", "attn_v", "attn_z", "mlp_up", "mlp_post", "attn_pattern")
+
     SIZE_PRESETS = {
         "micro": {
             "n_groups": 2,
