@@ -109,6 +109,7 @@ class ConversationalInertiaConfig(ProbeConfig):
             "n_doorworld_episodes": 0,
             "n_cpl_states": 20,
             "n_boot": 1000,
+            "max_new_tokens": 40,
         },
     }
 

@@ -34,7 +34,7 @@ from .stats import null_calibration, null_test, spearman
 
 def run(cfg: ConversationalInertiaConfig, ctx: RunContext) -> None:
     model = ctx.model
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     transcripts = attention_transcripts(cfg, ctx.rng, model.tokenizer)  # 1. data
     rendered = [render(model.tokenizer, envs.messages(ep, teacher_forced=True), model.info.chat) for ep in transcripts]
     preps = [prepare(r, cfg.target_turn) for r in rendered]
@@ -90,7 +90,7 @@ def run(cfg: ConversationalInertiaConfig, ctx: RunContext) -> None:
     )
     ctx.log_timings(
         attention_seconds=round(t_attn - t0, 2), statistics_seconds=round(t_stats - t_attn, 2),
-        decode_seconds=round(t_decode - t_stats, 2),
+        decode_seconds=round(t_decode - t_stats, 2), cpu_seconds=round(time.process_time() - cpu0, 1),
     )
 
 

@@ -5,6 +5,7 @@ null, the hooked reduction, behaviour summaries and CPL pairs."""
 from __future__ import annotations
 
 import copy
+from collections import Counter
 
 import numpy as np
 import pandas as pd
@@ -360,3 +361,81 @@ def test_shared_prefix_decoding_equals_plain_greedy(tiny_model, tok):
     shared = shared_prefix_greedy(tiny_model, [r.ids for r in reqs], 12, stops, batch_size=3, root_batch=2)
     plain = greedy(tiny_model, [r.text for r in reqs], 12, stop_ids=stops, templated=True, batch_size=8)
     assert [shared[tuple(r.ids)] for r in reqs] == plain
+
+
+# ============================================================================= probe stages
+
+
+def test_diagonal_scores_find_the_aligned_heads_and_not_the_controls():
+    from probes.conversational_inertia.probe import diagonal_scores, head_counts, head_table
+
+    cfg = build_config(ConversationalInertiaConfig, {"size": "micro", "n_perm": 100})
+    g = rng(3)
+    L, H = 2, 3
+
+    def block(aligned: bool):
+        b = g.dirichlet(np.ones(22), size=(L, H, 20))  # [L, H, n, m]
+        if aligned:  # head (1, 2) attends i -> i, head (0, 0) attends i -> i + 1
+            b[1, 2] = 0.3 * b[1, 2] + 0.7 * np.eye(20, 22)
+            b[0, 0] = 0.3 * b[0, 0] + 0.7 * np.eye(20, 22, k=1)
+        return [b]
+
+    eps = [envs.attention_transcript("doorexplore", 4, 0, g) for _ in range(4)]
+    eps += [envs.attention_transcript("doorexplore", 4, 0, g, control="x {c}") for _ in range(2)]
+    blocks = [block(True) for _ in range(4)] + [block(False) for _ in range(2)]
+    scores = diagonal_scores(blocks, eps, cfg, g)
+    t, m = scores["tensors"], scores["metrics"]
+    assert t["z"].shape == (L, H, 2, 2) and t["z_headavg"].shape == (L, 2, 2) and t["z_control"].shape == (L, H, 2, 2)
+    assert t["z"][1, 2, 0, 0] > 10 and t["z"][0, 0, 1, 0] > 10 and abs(t["z"][0, 1, 0, 0]) < 4
+    assert m["max_diag_z"] > 10 and m["max_diag_z_control"] < 4.5 and m["diag_n_blocks"] == 4
+    heads = head_table(scores, cfg, n_heads=H, n_kv_heads=1)
+    flagged = heads[heads.is_inertia_head]
+    assert set(zip(flagged.layer, flagged["head"])) == {(1, 2), (0, 0)}
+    assert heads.set_index(["layer", "head"]).loc[(0, 0), "best_delta"] == 1
+    assert head_counts(heads, 4.0)["n_inertia_heads"] == 2
+
+
+def test_share_trends_read_the_table():
+    from probes.conversational_inertia.probe import share_trends
+
+    rows = []
+    for n in (1, 2, 4, 8):
+        for k in range(3):
+            for seg, share, frac in (("prev_assistant", 0.1 * n ** 0.5, 0.05 * n), ("system", 0.4 / n, 0.5 / n),
+                                     ("user", 0.3, 0.3), ("recent_assistant", 0.1, 0.1), ("self", 0.2, 0.1)):
+                rows.append({"transcript_id": f"t{n}{k}", "kind": "normal", "N": n, "layer": 0, "segment": seg,
+                             "share": share + 0.001 * k, "key_frac": frac})
+    m = share_trends(pd.DataFrame(rows))
+    assert m["prev_assistant_share_rho"] > 0.9 and m["system_share_rho"] < -0.9
+    assert m["prev_assistant_enrichment_rho"] < 0 and m["prev_assistant_enrichment_last"] < 1
+    assert m["share_by_n"]["user"]["8"] == pytest.approx(0.301)
+
+
+def test_transcripts_and_behaviour_plan(tiny_model):
+    from probes.conversational_inertia.probe import attention_transcripts, behaviour_plan, viewer_transcripts
+
+    cfg = build_config(ConversationalInertiaConfig, {"rounds_grid": [1, 2, 4], "n_transcripts_per_n": 4,
+                                                     "n_control_transcripts": 4, "n_bait_episodes": 4,
+                                                     "bait_rounds_grid": [1, 4], "n_control_episodes": 2,
+                                                     "n_doorworld_episodes": 2, "n_cpl_states": 6})
+    eps = attention_transcripts(cfg, rng(), tiny_model.tokenizer)
+    normal = [e for e in eps if e.kind == "normal"]
+    control = [e for e in eps if e.kind == "control"]
+    assert [e.n for e in normal] == [1] * 4 + [2] * 4 + [4] * 4 and {e.env for e in normal} == set(envs.ENVS)
+    assert len(control) == 4 and all(e.n >= 2 for e in control) and {e.env for e in control} == set(envs.ENVS)
+    views = viewer_transcripts(eps, 4)
+    assert [eps[i].n for i in views] == [2, 2, 2, 2]
+    plan = behaviour_plan(tiny_model, cfg, rng())
+    scored = plan["scored"]
+    count = Counter((r.episode.kind, r.episode.env, r.n, r.policy) for r in scored)
+    assert count[("bait", "doorexplore", 1, "long")] == 4 and ("bait", "doorexplore", 1, "window") not in count
+    assert all(count[("bait", "doorexplore", 4, p)] == 4 for p in envs.POLICIES)
+    assert count[("cycle", "doorexplore", 4, "window")] == 2 and count[("bait", "doorworld", 4, "short")] == 2
+    clip = [r for r in scored if r.policy == "clip"]
+    assert sorted(r.kept for r in clip) == [0, 1, 2, 3]
+    assert len(plan["cpl_states"]) == 6
+    for ep in plan["cpl_states"]:  # the prompt of a pair is the Long context of its state
+        assert plan["cpl_messages"][ep.id] == envs.messages(ep)
+    texts = {r.text for r in scored}
+    reused = sum(plan["cpl_long"][ep.id] in texts for ep in plan["cpl_states"])
+    assert reused == 6, "every CPL state's Long prompt is one of the behaviour prompts (decoded once)"
