@@ -41,6 +41,12 @@ class SaeFalsificationConfig(ProbeConfig):
     """Adam learning rate of the SAE (constant)."""
     sae_batch: int = 1024
     """Tokens per SAE training step."""
+    sae_aux_k: int = 256
+    """AuxK: the top this-many dead latents reconstruct the residual error (weight `sae_aux_coeff`; 0: off)."""
+    sae_aux_coeff: float = 1 / 32
+    """Weight of the auxiliary dead-latent loss."""
+    sae_aux_dead_tokens: int = 100_000
+    """Training tokens without firing after which a latent counts as dead (AuxK)."""
     sae_cache: bool = True
     """Reuse a trained SAE from the content-addressed cache (model, hook, training config and data)."""
     quality_tokens: int = 8192
@@ -166,6 +172,9 @@ class SaeFalsificationConfig(ProbeConfig):
         for name in ("loop_max_features", "steer_features"):
             if getattr(self, name) < 0:
                 raise ConfigError(name, getattr(self, name), "a non-negative integer")
+        if self.sae_aux_k < 0 or self.sae_aux_coeff < 0 or self.sae_aux_dead_tokens < 1:
+            raise ConfigError("sae_aux_k", (self.sae_aux_k, self.sae_aux_coeff, self.sae_aux_dead_tokens),
+                              "sae_aux_k >= 0, sae_aux_coeff >= 0, sae_aux_dead_tokens >= 1")
         if self.sae_k > self.sae_d_sae:
             raise ConfigError("sae_k", self.sae_k, f"at most sae_d_sae={self.sae_d_sae}")
         if self.n_reasoning < 2 or self.n_nonreasoning < 2:

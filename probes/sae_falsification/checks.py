@@ -28,9 +28,9 @@ _DERIV = re.compile(r"\b(leaves|gives|makes|equals|in total|altogether|remain|is
                     re.I)
 _INFER = re.compile(r"\b(therefore|thus|hence|it follows|this means|which means|consequently|implies|"
                     r"because of this)\b|(?:^|[.;,]\s*)so\b", re.I)
-_PHRASE = r"(?:answer is|answer:|result is|we get|total is|final count is|we end up with|\b[a-z] =|\b[a-z] is)"
-_FINAL = re.compile(_PHRASE + r"\s*(-?\d+(?:\.\d+)?)", re.I)
-_FINAL_WORD = re.compile(r"(?:answer is|answer:|result is|we get|final count is|we end up with)\s+([A-Za-z]+)", re.I)
+_VAR = r"\b[a-z]\s*(?:=|is|equals|gives)"
+_AFTER = re.compile(r"(?:answer is|answer:|result is|we get|total is|final count is|we end up with|" + _VAR + r")"
+                    r"\s*(?:" + _VAR + r"\s*)?(-?\d[\d,]*(?:\.\d+)?|[A-Za-z]+)", re.I)
 STOPWORDS = frozenset(
     "a an the and or but if of to in on at by for with from as is are was were be been it its this that these those "
     "he she they we you i his her their our my your them him us so then than there here what which who how many "
@@ -51,13 +51,17 @@ def numbers(text: str) -> list[float]:
 
 
 def final_answer(text: str) -> float | str | None:
-    """The number after the last answer phrase, else the last number; a yes/no or a name after "answer is"."""
-    hits = list(_FINAL.finditer(text))
+    """What follows the last answer phrase ("the answer is", "x =", ...): a number (digits or a number word up
+    to twenty), else a word (a name, yes/no); with no answer phrase, the last number."""
+    hits = list(_AFTER.finditer(text))
     if hits:
-        return float(hits[-1].group(1))
-    m = list(_FINAL_WORD.finditer(text))
-    if m and m[-1].group(1).lower() not in NUMBER_WORDS:
-        return m[-1].group(1).lower()
+        tok = hits[-1].group(1)
+        if tok.lower() in NUMBER_WORDS:
+            return float(NUMBER_WORDS[tok.lower()])
+        try:
+            return float(tok.replace(",", ""))
+        except ValueError:
+            return tok.lower()
     nums = numbers(text)
     return nums[-1] if nums else None
 

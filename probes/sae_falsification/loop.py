@@ -112,9 +112,10 @@ FN_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (r"\bit follows that\b", ("we can tell that", "we learn that")),
     (r"\b(So|so)\b,?", ("thus", "and")),
     (r"\bhence\b", ("thus", "and")),
-    (r"\b(First|To begin|Step 1:|Start with this:|Let us see\.|Begin with the facts\.),?",
+    (r"\bStep (\d+):", (r"Stage \1:", r"Part \1:")),
+    (r"\b(First|To begin|Start with this:|Let us see\.|Begin with the facts\.),?",
      ("To start,", "At the outset,")),
-    (r"\b(Next|After that|Step 2:|Now|In the next step|Moving on),?", ("After this,", "Following that,")),
+    (r"\b(Next|After that|Now|In the next step|Moving on),?", ("After this,", "Following that,")),
     (r"\bThen\b", ("After this,", "Following that,")),
     (r"\bthen\b", ("after this", "later")),
     (r"\bWait\b", ("Hold on", "Hmm")),
@@ -138,16 +139,32 @@ def rewrite(source: str, choice: int) -> str:
     return re.sub(r"(^|[.!?]\s+)([a-z])", lambda m: m.group(1) + m.group(2).upper(), text)
 
 
+_NUMBER_WORDS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+                 "sixteen seventeen eighteen nineteen twenty").split()
+
+
+def spell_numbers(text: str) -> str:
+    """Integers up to twenty as words (the numbers check normalises them back), so digit tokens can go."""
+    return re.sub(r"(?<![\w.:$])(\d+)(?![\w.]\w|\w)",
+                  lambda m: _NUMBER_WORDS[int(m.group(1))] if int(m.group(1)) <= 20 else m.group(1), text)
+
+
 def template_fns(f: LoopFeature, iteration: int, n: int, tokenize: Callable[[str], list[int]]) -> list[tuple[str, str]]:
-    """(source, rewrite) pairs: synonym/restructuring rewrites of the top sources, preferring ones free of T_f ids."""
-    out = []
+    """(source, rewrite) pairs: synonym/restructuring rewrites (and, as variants, small numbers spelled out) of the
+    top sources, preferring sources with a rewrite free of T_f ids; deterministic in (feature, iteration)."""
     top = set(f.top_ids)
-    for j in range(n):
-        src = f.sources[((iteration - 1) * n + j) % len(f.sources)]
-        variants = [rewrite(src, c) for c in range(16)]
-        clean = [v for v in variants if not set(tokenize(v)) & top]
-        out.append((src, (clean or variants)[(iteration - 1) % len(clean or variants)]))
-    return out
+    k = len(f.sources)
+    start = ((iteration - 1) * n) % k
+    clean, dirty = [], []
+    for j in range(k):
+        src = f.sources[(start + j) % k]
+        variants = [rewrite(src, c) for c in range(8)]
+        variants += [spell_numbers(v) for v in variants]
+        ok = [v for v in variants if not set(tokenize(v)) & top]
+        (clean if ok else dirty).append((src, (ok or variants)[(iteration - 1) % len(ok or variants)]))
+        if len(clean) >= n:
+            break
+    return (clean + dirty)[:n]
 
 
 # ============================================================================= the loop

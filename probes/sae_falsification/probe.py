@@ -185,15 +185,15 @@ def sae_and_quality(cfg, ctx: RunContext, model, samples: list[Sample], general:
     bos = bos_id(model.tokenizer)
     body = cfg.seq_len - (bos is not None)
 
-    def mix(split: str, n_tokens: int, offset: int) -> list[list[int]]:
+    def mix(split: str, n_tokens: int, offset: int, slack: float = 1.0) -> list[list[int]]:
         corpus = encode_ids(model, [s.text for s in samples if s.split == split], cfg.seq_len)
-        n_general = math.ceil(0.7 * n_tokens / (cfg.seq_len - 1)) + 2
+        n_general = math.ceil(0.7 * n_tokens * slack / (cfg.seq_len - 1)) + 2
         chunks = token_chunks(model.tokenizer, general[offset:] + general[:offset], n_general, body)
         seqs = corpus + [([bos] if bos is not None else []) + c for c in chunks]
         rng.shuffle(seqs)
         return seqs
 
-    quality_seqs = mix("quality", cfg.quality_tokens, len(general) // 2)
+    quality_seqs = mix("quality", cfg.quality_tokens, len(general) // 2, slack=1.5)  # used until quality_tokens
     train_seqs = mix("sae_train", cfg.sae_train_tokens, 0) if cfg.sae == "train" else []
     sae, site, info = obtain_sae(model, cfg, train_seqs, data_key(model, cfg, texts_sha(train_seqs)), ctx.progress)
     q = quality_gates(model, sae, site, quality_seqs, cfg.quality_tokens, cfg.batch_size, ctx.tqdm)

@@ -41,16 +41,17 @@ def obtain_sae(model, cfg, train_seqs: Sequence[Sequence[int]], data_key: str, p
     """(sae, site, info): the configured SAE and the Site its config names.
 
     cfg.sae == "train": a TopK SAE (toolkit loop; W_enc = W_dec^T at init, b_dec = the data mean, unit-norm
-    decoder rows, Adam at a constant lr) on the activations of `train_seqs`, from the cache when the model,
-    hook, training config and data key match. Otherwise a SAELens directory (or `saelens:<release>:<sae_id>`,
-    online only) loaded as it is.
+    decoder rows, Adam at a constant lr, normalised MSE plus the AuxK dead-latent loss) on the activations of
+    `train_seqs`, from the cache when the model, hook, training config and data key match. Otherwise a SAELens
+    directory (or `saelens:<release>:<sae_id>`, online only) loaded as it is.
     """
     if cfg.sae == "train":
         site = Site.from_tl_name(cfg.sae_hook)
         steps = max(1, math.ceil(cfg.sae_train_tokens * cfg.sae_epochs / cfg.sae_batch))
         tcfg = SAETrainConfig(architecture="topk", d_sae=cfg.sae_d_sae, k=cfg.sae_k, steps=steps, batch=cfg.sae_batch,
                               lr=cfg.sae_lr, lr_schedule="constant", init_b_dec="mean", calibrate_l0=False,
-                              seed=cfg.seed)
+                              aux_k=min(cfg.sae_aux_k, cfg.sae_d_sae), aux_coeff=cfg.sae_aux_coeff,
+                              aux_dead_tokens=cfg.sae_aux_dead_tokens, seed=cfg.seed)
         meta = sae_metadata(model, site, context_size=cfg.seq_len, dataset="sae_falsification training mix")
         acts = lambda: training_activations(model, site, train_seqs, cfg.sae_train_tokens, cfg.batch_size,  # noqa: E731
                                             progress)

@@ -454,3 +454,27 @@ def test_config_validation_names_the_field():
     assert micro.n_reasoning == 16 and micro.sae_d_sae == 1152 and micro.generator == "template"
     quick = build_config(SaeFalsificationConfig, {"size": "quick"})
     assert quick.injection_strategies == ("prepend", "bigram_before") and quick.sae_train_tokens == 20_000
+
+
+def test_topk_auxk_engages_on_dead_latents_and_keeps_old_cache_keys():
+    from interp.sae import SAETrainConfig, decode, encode, train_sae
+
+    g = torch.Generator().manual_seed(0)
+    basis = torch.linalg.qr(torch.randn(32, 32, generator=g))[0][:6]  # data in a 6-dim subspace: many dead latents
+    codes = torch.zeros(6000, 24)
+    codes.scatter_(1, torch.randint(0, 24, (6000, 2), generator=g), torch.rand(6000, 2, generator=g) + 0.5)
+    x = codes @ (torch.randn(24, 6, generator=g) @ basis)
+    base = dict(architecture="topk", d_sae=192, k=2, steps=200, batch=256, lr=2e-3, lr_schedule="constant")
+    plain, aux = SAETrainConfig(**base), SAETrainConfig(**base, aux_k=32, aux_dead_tokens=12800)
+    assert "aux_k" not in plain.key() and aux.key()["aux_k"] == 32, "AuxK-free configs keep their cache keys"
+
+    def ev(s):
+        xh = decode(s, encode(s, x))
+        return float(1 - ((x - xh) ** 2).sum() / ((x - x.mean(0)) ** 2).sum())
+
+    sae = train_sae(x, aux)
+    info = sae.cfg.metadata.interp_training
+    assert info["dead_final"] > 0 and info["aux_final"] > 0, info
+    assert ev(sae) >= ev(train_sae(x, plain)) - 0.02
+    with pytest.raises(ConfigError):
+        SAETrainConfig(architecture="jumprelu", aux_k=8).validate()
