@@ -50,8 +50,7 @@ def obtain_sae(model, cfg, train_seqs: Sequence[Sequence[int]], data_key: str, p
         steps = max(1, math.ceil(cfg.sae_train_tokens * cfg.sae_epochs / cfg.sae_batch))
         tcfg = SAETrainConfig(architecture="topk", d_sae=cfg.sae_d_sae, k=cfg.sae_k, steps=steps, batch=cfg.sae_batch,
                               lr=cfg.sae_lr, lr_schedule="constant", init_b_dec="mean", calibrate_l0=False,
-                              aux_k=min(cfg.sae_aux_k, cfg.sae_d_sae), aux_coeff=cfg.sae_aux_coeff,
-                              aux_dead_tokens=cfg.sae_aux_dead_tokens, seed=cfg.seed)
+                              seed=cfg.seed, **auxk(cfg))
         meta = sae_metadata(model, site, context_size=cfg.seq_len, dataset="sae_falsification training mix")
         acts = lambda: training_activations(model, site, train_seqs, cfg.sae_train_tokens, cfg.batch_size,  # noqa: E731
                                             progress)
@@ -70,6 +69,14 @@ def obtain_sae(model, cfg, train_seqs: Sequence[Sequence[int]], data_key: str, p
         raise ConfigError("sae", cfg.sae, f"an SAE on a d_model={model.info.d_model} site of {model.info.name} "
                           f"(this one reads {sae.cfg.d_in} dims at {site})")
     return sae, site, {"sae_source": cfg.sae, "sae_from_cache": False, "sae_train_steps": 0}
+
+
+def auxk(cfg) -> dict:
+    """The AuxK fields of the training config (empty where the core's SAETrainConfig predates them)."""
+    if "aux_k" not in SAETrainConfig.__dataclass_fields__:
+        return {}
+    return {"aux_k": min(cfg.sae_aux_k, cfg.sae_d_sae), "aux_coeff": cfg.sae_aux_coeff,
+            "aux_dead_tokens": cfg.sae_aux_dead_tokens}
 
 
 def load_external(spec: str):
