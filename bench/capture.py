@@ -1,0 +1,101 @@
+"""Capture benchmarks: overhead vs a bare HF forward, streaming memory, batch scaling."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import torch
+
+from interp.capture import AbsMean, capture
+from interp.sites import Site
+
+from .common import Row, check, interleaved
+
+
+def _batches(model, batch: int, seq: int, n: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(100, model.info.d_vocab - 100, (n, batch, seq), generator=g)
+    return [{"input_ids": b, "attention_mask": torch.ones_like(b)} for b in ids]
+
+
+def capture_overhead(model) -> list[Row]:
+    """Every layer's MLP post, abs-mean reduced, vs the bare HF forward on the same batches."""
+    batches = _batches(model, 8, 128, 2)
+    sites = {Site("mlp_post", layer): [AbsMean()] for layer in range(model.info.n_layers)}
+
+    def bare():
+        with torch.no_grad():
+            for b in batches:
+                model.hf(**b)
+
+    def ours():
+        capture(model, batches, {s: [AbsMean()] for s in sites})
+
+    def tl_cache():  # TransformerLens run_with_cache of every hook, for comparison
+        with torch.no_grad():
+            for b in batches:
+                model.bridge.run_with_cache(b["input_ids"], attention_mask=b["attention_mask"])
+
+    fns = {"bare": bare, "capture": ours}
+    if getattr(model, "bridge", None) is not None:
+        fns["tl_run_with_cache"] = tl_cache
+    t = interleaved(fns, repeats=5)
+    ratio = t["capture"] / t["bare"]
+    rows = [Row("capture_overhead", "capture(all mlp_post, abs-mean) / bare HF forward", ratio, "<= 1.15",
+                check(ratio, "<= 1.15"), f"bare {t['bare']:.3f}s, capture {t['capture']:.3f}s")]
+    if "tl_run_with_cache" in t:
+        r = t["tl_run_with_cache"] / t["bare"]
+        rows.append(Row("tl_run_with_cache", "TransformerLens run_with_cache(all hooks) / bare", r, "report", None))
+    return rows
+
+
+_MEM_SCRIPT = """
+import json, resource, sys, torch
+from interp.models import load_model
+from interp.capture import capture, AbsMean
+from interp.sites import Site
+n_tokens = int(sys.argv[1])
+m = load_model("smollm2-135m")
+seq, batch = 256, 8
+def batches():  # generated lazily: the stream is never held
+    g = torch.Generator().manual_seed(0)
+    for _ in range(n_tokens // (seq * batch)):
+        ids = torch.randint(100, 40000, (batch, seq), generator=g)
+        yield {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+sites = {Site("mlp_post", l): [AbsMean()] for l in range(m.info.n_layers)}
+first = next(iter(batches()))
+capture(m, [first], {s: [AbsMean()] for s in sites})  # warm up allocator and kernels
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+capture(m, batches(), sites)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"base_kb": base, "peak_kb": peak}))
+"""
+
+
+def streaming_memory(_model=None) -> list[Row]:
+    """Peak RSS growth of an abs-mean capture over 10k vs 100k tokens (fresh processes)."""
+    out = {}
+    for n in (10_240, 102_400):
+        r = subprocess.run([sys.executable, "-c", _MEM_SCRIPT, str(n)], capture_output=True, text=True, check=True)
+        out[n] = json.loads(r.stdout.strip().splitlines()[-1])
+    growth_mb = (out[102_400]["peak_kb"] - out[102_400]["base_kb"] - (out[10_240]["peak_kb"] - out[10_240]["base_kb"]))
+    growth_mb /= 1024
+    return [Row("streaming_memory", "peak RSS growth, 100k vs 10k tokens (MB)", growth_mb, "<= 100",
+                check(growth_mb, "<= 100"), json.dumps(out))]
+
+
+def batch_scaling(model) -> list[Row]:
+    """Capture tokens/s at batch 1, 4 and 16 (the curve, relative to batch 1)."""
+    seq = 128
+    sites = {Site("mlp_post", layer): [AbsMean()] for layer in range(model.info.n_layers)}
+    fns = {}
+    for b in (1, 4, 16):
+        batches = _batches(model, b, seq, max(1, 16 // b))
+        fns[str(b)] = (lambda bs=batches: capture(model, bs, {s: [AbsMean()] for s in sites}))
+    t = interleaved(fns, repeats=3)
+    tps = {b: 16 * seq / t[b] for b in t}
+    rows = [Row(f"batch_scaling_{b}", f"capture tokens/s at batch {b} / batch 1", tps[b] / tps["1"], "report", None,
+                f"{tps[b]:.0f} tok/s") for b in ("1", "4", "16")]
+    return rows
