@@ -149,7 +149,7 @@ def interpret_panel(run: Run) -> None:
         return
     st.markdown("Type a topic (read as *Tell me about …*) or any prompt; its vector at the run's layer, minus the "
                 "topic mean, is described by the chosen adapter. SAE features can be chosen when the SAE branch ran.")
-    sources = ["topic", "prompt"] + (["SAE feature"] if _has(run, "sae_branch") else [])
+    sources = ["topic", "prompt"] + (["SAE feature"] if _has(run, "sae_vectors") else [])
     source = st.radio("Describe a", sources, horizontal=True, key=K + "source")
     default = "scalar_affine" if "scalar_affine" in names else names[0]
     chosen = st.multiselect("Adapters", names, default=[default], key=K + "adapters")
@@ -169,9 +169,9 @@ def _describe(run: Run, source: str, text, chosen: list[str]) -> None:
 
     model = _model(run.config.get("model", "smollm2-135m"))
     if source == "SAE feature":
-        vec = run.tensor_file("vectors")
-        rows = {int(i): j for j, i in enumerate(vec["sae_latents"])}
-        v = torch.as_tensor(vec["sae_vectors"][rows[int(text)]])
+        sae = run.tensor_file("sae_vectors")
+        rows = {int(i): j for j, i in enumerate(sae["latents"])}
+        v = torch.as_tensor(sae["vectors"][rows[int(text)]])
     else:
         v = prompt_vector(model, run, str(text), as_topic=source == "topic")
     rows = [{"adapter": name, "label": describe(model, v, load_adapter(run, name))} for name in chosen]

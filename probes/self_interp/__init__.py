@@ -110,15 +110,17 @@ class SelfInterpConfig(ProbeConfig):
     SIZE_PRESETS = {
         "micro": {
             "topic_cap": 40,
-            "variants": ("identity", "bias_only", "scalar_affine"),
-            "controls": ("shuffled",),
+            "variants": ("identity", "scalar_affine"),
+            "controls": (),
             "layer_sweep": (),
-            "identity_scales": (1.0, 4.0),
+            "identity_scales": (2.0,),
             "epochs": 1,
             "eval_every": 10,
-            "max_label_tokens": 6,
-            "train_recall_sample": 8,
-            "bootstrap": 200,
+            "max_label_tokens": 4,
+            "train_recall_sample": 0,
+            "scale_recall": False,
+            "logit_lens_top": 10,
+            "bootstrap": 100,
         },
         "quick": {
             "topic_cap": 200,
@@ -127,9 +129,11 @@ class SelfInterpConfig(ProbeConfig):
             "layer_sweep": (),
             "identity_scales": (1.0, 2.0, 4.0, 8.0),
             "epochs": 1,
-            "eval_every": 4,
+            "eval_every": 3,
             "max_label_tokens": 8,
             "train_recall_sample": 0,
+            "scale_recall": False,
+            "bootstrap": 200,
         },
     }
 

@@ -22,7 +22,7 @@ from interp.intervene import weights_digest
 from . import SelfInterpConfig, sweep_layers
 from .adapters import Adapter, n_params
 from .evaluate import Retriever, bias_share, generations_frame, logit_lens_ranks, recall_rows
-from .inject import PrefixCache, Template, build_template, generate, label_loss, make_batch
+from .inject import PrefixCache, Template, build_template, generate, inject, label_loss, make_batch
 from .topics import Topic, load_topics, split_topics
 from .train import Pairs, TrainSettings, identity_sweep, train_adapter
 from .vectors import (
@@ -53,7 +53,8 @@ def run(cfg: SelfInterpConfig, ctx: RunContext) -> None:
 
     main = exp.fit_and_evaluate(vecs[layer], layer, cfg.variants)  # 2. adapters at the main layer
     controls = exp.controls(vecs[layer], layer, main)  # 3. shuffled labels, token embeddings
-    sweep = [main if lay == layer else exp.fit_and_evaluate(vecs[lay], lay, ("identity", "scalar_affine"))
+    sweep = [main if lay == layer else exp.fit_and_evaluate(vecs[lay], lay, ("identity", "scalar_affine"),
+                                                            train_recall=False)
              for lay in layers]  # 4. recall by layer
     lm_unchanged = weights_digest(model) == lm_digest  # 5. the LM is untouched
 
@@ -174,7 +175,8 @@ class Experiment:
         return s_star if self.cfg.init_scale is None else self.cfg.init_scale * self.median_norm
 
     # -- train and evaluate ---------------------------------------------------------
-    def fit_and_evaluate(self, vectors: Tensor, layer: int, variants) -> LayerResult:
+    def fit_and_evaluate(self, vectors: Tensor, layer: int, variants, train_recall: bool = True) -> LayerResult:
+        """Identity scale sweep, then train and evaluate each variant, and the logit-lens readout."""
         cfg = self.cfg
         t = time.perf_counter()
         train, val = self.pairs(vectors, self.idx("train")), self.pairs(vectors, self.idx("val"))
@@ -190,7 +192,7 @@ class Experiment:
             curves += [{**r, "layer": layer} for r in rows]
             res.seconds[f"train_{variant}"] = time.perf_counter() - t
             t = time.perf_counter()
-            for split_name, idx in self.eval_sets():
+            for split_name, idx in self.eval_sets(train_recall):
                 g, r = self.evaluate(res.adapters[variant], vectors, idx, variant, split_name, layer)
                 gens.append(g)
                 recs.append(r)
@@ -219,9 +221,9 @@ class Experiment:
         return train_adapter(self.model, self.tmpl, ad, train, val, settings or self.settings,
                              self.ctx.generator(10_000 + offset), self.pc, self.ctx.tqdm)
 
-    def eval_sets(self) -> list[tuple[str, np.ndarray]]:
+    def eval_sets(self, train_recall: bool = True) -> list[tuple[str, np.ndarray]]:
         sets = [("heldout", self.idx("heldout"))]
-        if len(self.train_sample):
+        if train_recall and len(self.train_sample):
             sets.append(("train", self.train_sample))
         return sets
 
@@ -333,22 +335,16 @@ def bias_probe(exp: Experiment, main: LayerResult, top: int = 20) -> pd.DataFram
     model, tmpl = exp.model, exp.tmpl
     ad = main.adapters.get("scalar_affine") or main.adapters["bias_only"]
     b = ad.bias.detach()[None].to(model.device)
-    batch = make_batch(tmpl, [[tmpl.eot_id]], model.device)
-    from .inject import inject
-
-    emb = inject(model, batch.ids[:, : len(tmpl.ids)], b, tmpl.positions)
+    emb = inject(model, torch.tensor([tmpl.ids], device=model.device), b, tmpl.positions)
     logits = model.hf(inputs_embeds=emb, logits_to_keep=1).logits[0, -1].float()
     top_l, top_i = logits.topk(top)
-    w = model.hf.get_input_embeddings()(torch.arange(model.info.d_vocab, device=model.device)).float() \
-        if model.info.d_vocab <= 300_000 else None
+    w = model.hf.get_input_embeddings().weight  # cosine ignores Gemma's constant embedding scale
     rows = [{"kind": "next_token", "variant": ad.variant, "token": model.tokenizer.decode([int(i)]), "logit": float(v),
              "bias_norm": float(b.norm())} for v, i in zip(top_l.tolist(), top_i.tolist())]
-    if w is not None:
-        cos = torch.nn.functional.cosine_similarity(w, b.float(), dim=-1)
-        c_v, c_i = cos.topk(top)
-        rows += [{"kind": "nearest_embedding", "variant": ad.variant, "token": model.tokenizer.decode([int(i)]),
-                  "logit": float(v), "bias_norm": float(b.norm())} for v, i in zip(c_v.tolist(), c_i.tolist())]
-    del batch
+    cos = (w @ b[0].to(w.dtype)).float() / (w.float().norm(dim=-1) * b.float().norm()).clamp_min(1e-8)
+    c_v, c_i = cos.topk(top)
+    rows += [{"kind": "nearest_embedding", "variant": ad.variant, "token": model.tokenizer.decode([int(i)]),
+              "logit": float(v), "bias_norm": float(b.norm())} for v, i in zip(c_v.tolist(), c_i.tolist())]
     return pd.DataFrame(rows)
 
 

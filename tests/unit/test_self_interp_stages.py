@@ -226,3 +226,34 @@ def test_prompt_vectors_read_resid_post_at_the_last_real_token(tiny_model):
                                   [Site("resid_post", 0), Site("resid_post", 1)])
         assert torch.allclose(fast[j], cache[Site("resid_post", 0)][0, -1], atol=1e-5)
         assert torch.allclose(last[j], cache[Site("resid_post", 1)][0, -1], atol=1e-5)
+
+
+# -- SAE branch stages -------------------------------------------------------------------------------
+
+
+def test_token_labels_need_a_dominant_token():
+    from probes.self_interp.sae_branch import token_labels
+
+    tops = [[" the"] * 9 + [" a"], [" cat", " dog"] * 5, [], [" Paris"] * 8 + [" France"] * 2, [","] * 10]
+    got = token_labels(tops)
+    assert got == {0: ('the word "the"', 0.9), 3: ('the word "Paris"', 0.8)}
+
+
+def test_sae_scores_and_scaling(tmp_path):
+    from probes.self_interp.sae_branch import best_hit_score, read_labels, scaled_soft
+
+    hits = np.zeros((2, 3, 4), dtype=bool)
+    hits[0, 1, :3] = True  # latent 0: best label hits 3 of 4
+    hits[1, :, 0] = True  # latent 1: every label hits 1 of 4
+    assert best_hit_score(hits) == pytest.approx((0.75 + 0.25) / 2)
+    ad = Adapter("scalar_affine", 8, 2.0)
+    with torch.no_grad():
+        ad.bias.fill_(1.0)
+    v = torch.randn(3, 8)
+    soft = scaled_soft(ad, v, 3.0)
+    assert torch.allclose((soft - 1.0).norm(dim=-1), torch.full((3,), 6.0), atol=1e-4)
+    f = tmp_path / "labels.jsonl"
+    f.write_text('{"latent": 5, "label": "dogs"}\n\n{"latent": 2, "label": ""}\n')
+    assert read_labels(str(f)) == {5: "dogs"}
+    with pytest.raises(ConfigError, match="sae_labels_file"):
+        read_labels(str(tmp_path / "missing.jsonl"))
