@@ -51,8 +51,9 @@ def funnel(metrics: Mapping[str, Any], features: pd.DataFrame, d_sae: int | None
 
 def candidate_table(features: pd.DataFrame) -> pd.DataFrame:
     """The candidates in ranking order: statistics, class, best strategy and verdict."""
-    cols = ["feature", "rank", "d", "auc", "concentration", "class", "best_strategy", "best_d", "transfer",
-            "control_class", "control_best_d", "loop_status", "n_valid_fp", "n_valid_fn", "falsified", "genuine"]
+    cols = ["feature", "rank", "d", "auc", "auc_arith_vs_narrative", "concentration", "class", "best_strategy",
+            "best_d", "transfer", "control_class", "control_best_d", "loop_status", "n_valid_fp", "n_valid_fn",
+            "falsified", "genuine"]
     out = features.sort_values("rank", kind="stable")[[c for c in cols if c in features]].copy()
     out["verdict"] = [verdict(r) for r in out.to_dict("records")]
     return out.reset_index(drop=True)
@@ -148,7 +149,7 @@ def context_html(tokens: Sequence[str], acts: Sequence[float], vmax: float | Non
 
 def top_tokens_table(token_analysis: pd.DataFrame, feature: int, n: int = 15) -> pd.DataFrame:
     sub = token_analysis[token_analysis["feature"] == feature].sort_values("rank").head(n)
-    out = sub[["token_str", "mean_act", "count", "is_top"]].copy()
+    out = sub[[c for c in ("token_str", "mean_act", "count", "pmi", "is_top") if c in sub]].copy()
     out["token_str"] = [token_label(t, 24, escape=False) for t in out["token_str"]]
     return out.reset_index(drop=True)
 
@@ -172,8 +173,9 @@ def transcript(candidates: pd.DataFrame, feature: int, kind: str) -> pd.DataFram
     for r in sub.to_dict("records"):
         failed = [c[3:] for c in FLAG_COLUMNS if c in r and r[c] is not None and not pd.isna(r[c]) and not r[c]]
         rows.append({"iter": r["iteration"], "source": r["source"], "valid": bool(r["valid"]),
-                     "ratio": float(r["ratio"]), "failed checks": ", ".join(failed) or "-", "text": r["text"]})
-    return pd.DataFrame(rows, columns=["iter", "source", "valid", "ratio", "failed checks", "text"])
+                     "activation": float(r["act_max"]), "ratio": float(r["ratio"]),
+                     "failed checks": ", ".join(failed) or "-", "text": r["text"]})
+    return pd.DataFrame(rows, columns=["iter", "source", "valid", "activation", "ratio", "failed checks", "text"])
 
 
 def steering_figure(steering: pd.DataFrame) -> go.Figure:

@@ -28,7 +28,7 @@ from . import SaeFalsificationConfig
 from .acts import feature_max, scan_texts
 from .checks import ALL_FLAGS, Context, words
 from .corpora import NAMES, Sample, build_corpora, reasoning_problem, steering_problems
-from .detection import detect, oracle_auc
+from .detection import detect, family_auc, oracle_auc
 from .generator import make_generator
 from .injection import (
     control_pool,
@@ -71,12 +71,17 @@ def run(cfg: SaeFalsificationConfig, ctx: RunContext) -> None:
                                            cfg.min_token_count)
         decode = decoder(model)
         tok_frame["token_str"] = [decode(t) for t in tok_frame.token_id]
-        ctx.save_table("detection", det.drop(columns=["rank_all"]))
+
         ctx.save_table("token_analysis", tok_frame)
         ctx.save_table("ngrams", ngram_frame(tokens, decode))
         ctx.save_table("top_contexts", top_contexts(scan.codes, maxes, ids, valid, labels, candidates,
                                                     cfg.n_top_contexts, decode, [s_id(s) for s in det_samples]))
         ctx.save_table("family_acts", family_frame(maxes, det_samples, candidates))
+        families = [s.family for s in det_samples]
+        det["auc_arith_vs_narrative"] = np.nan
+        for f in candidates:  # the confound check: within arithmetic vs narrative text only
+            det.loc[f, "auc_arith_vs_narrative"] = family_auc(maxes[:, f], families)
+        ctx.save_table("detection", det.drop(columns=["rank_all"]))
         oracles = {"digit_oracle_auc": oracle_auc(labels, [s.has_digit for s in det_samples]),
                    "marker_oracle_auc": oracle_auc(labels, [s.has_marker for s in det_samples])}
 
@@ -416,6 +421,7 @@ def features_frame(det, candidates, tokens, per_feature, loop_feats, analysed, c
     for f in candidates:
         ft = tokens[f]
         r = {"feature": f, "rank": int(by["rank"][f]), "d": float(by.d[f]), "auc": float(by.auc[f]),
+             "auc_arith_vs_narrative": float(by.auc_arith_vs_narrative[f]),
              "mean_r": float(by.mean_r[f]), "mean_n": float(by.mean_n[f]), "concentration": ft.concentration,
              "entropy": ft.entropy, "token_dependent": ft.concentration > cfg.conc_threshold,
              "analysed": f in analysed}

@@ -1,5 +1,6 @@
 """Step 3: token analysis per candidate, on valid positions >= 1 only: per-token mean activation (tokens with at
-least `min_count` occurrences), the top tokens T_f, token concentration (share of high positions whose token is
+least `min_count` occurrences), the top tokens T_f, PMI of a token and the feature firing
+(log2 P(fires, token) / (P(fires) P(token))), token concentration (share of high positions whose token is
 in T_f), normalised entropy of the activation mass over tokens, and the top n-grams around T_f tokens.
 """
 
@@ -49,8 +50,11 @@ def analyse_tokens(codes: SparseCodes, ids: np.ndarray, valid: np.ndarray, featu
     out: dict[int, FeatureTokens] = {}
     rows = []
     lengths = valid.shape[1]
+    n_pos = max(1, int(valid.sum()))
     for f, g in frame.groupby("feature", sort=True):
         mass = g.groupby("token")["value"].sum()
+        fired = g[g.value > 0].groupby("token").size()  # active positions per token
+        n_fired = max(1, int(fired.sum()))
         mean = mass / counts[mass.index.to_numpy()]
         eligible = mean[counts[mean.index.to_numpy()] >= min_count]
         ordered = sorted(eligible.items(), key=lambda kv: (-kv[1], kv[0]))
@@ -66,12 +70,14 @@ def analyse_tokens(codes: SparseCodes, ids: np.ndarray, valid: np.ndarray, featu
         ft.ngrams.update(frequent_ngrams(ids, valid, top, n_ngrams))
         out[int(f)] = ft
         for rank, (t, m) in enumerate(ordered[:50]):
+            joint = fired.get(t, 0) / n_pos
+            pmi = float(np.log2(joint / ((n_fired / n_pos) * (counts[t] / n_pos)))) if joint > 0 else float("-inf")
             rows.append({"feature": int(f), "rank": rank, "token_id": int(t), "mean_act": float(m),
-                         "count": int(counts[t]), "is_top": rank < n_top})
+                         "count": int(counts[t]), "pmi": pmi, "is_top": rank < n_top})
     for f in features:  # features that never fire on the corpora
         if int(f) not in out:
             out[int(f)] = FeatureTokens(int(f), [], [], 0.0, 0.0, 0.0)
-    return out, pd.DataFrame(rows, columns=["feature", "rank", "token_id", "mean_act", "count", "is_top"])
+    return out, pd.DataFrame(rows, columns=["feature", "rank", "token_id", "mean_act", "count", "pmi", "is_top"])
 
 
 def _ngrams(high: pd.DataFrame, ids: np.ndarray, valid: np.ndarray, width: int, n: int) -> dict:
