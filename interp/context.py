@@ -43,6 +43,8 @@ class RunContext:
         self.torch_rng = torch.Generator().manual_seed(cfg.seed)
         self.log = log.getChild(writer.manifest["probe"])
         self._t0 = time.perf_counter()
+        if model is not None:
+            self._record_model(model)
 
     @property
     def path(self):
@@ -52,10 +54,14 @@ class RunContext:
     def model(self):
         if self._model is None:
             self._model = cached_model(self.cfg)
-            self.writer.set("model", self._model.info.to_dict())
-            self.writer.manifest["env"]["device"] = str(self._model.device)
-            self.writer.manifest["env"]["dtype"] = str(self._model.dtype).replace("torch.", "")
+            self._record_model(self._model)
         return self._model
+
+    def _record_model(self, model) -> None:
+        self.writer.manifest["env"]["device"] = str(model.device)
+        self.writer.manifest["env"]["dtype"] = str(model.dtype).replace("torch.", "")
+        self.writer.manifest["env"]["backend"] = model.backend
+        self.writer.set("model", model.info.to_dict())
 
     @property
     def device(self) -> str:

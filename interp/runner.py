@@ -48,8 +48,8 @@ def env_info() -> dict[str, Any]:
     return out
 
 
-class _Terminated(Exception):
-    pass
+class _Terminated(BaseException):
+    """SIGTERM: a BaseException so no `except Exception` carries on past it."""
 
 
 def _raise_terminated(signum, frame):  # pragma: no cover - exercised by the reliability tests
