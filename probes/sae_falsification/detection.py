@@ -6,6 +6,7 @@ marker oracles that the top candidate must beat.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -47,7 +48,10 @@ def welch_p(a: np.ndarray, b: np.ndarray) -> float:
     a, b = np.asarray(a, float), np.asarray(b, float)
     if a.var() == 0 and b.var() == 0:
         return 1.0 if a.mean() == b.mean() else 0.0
-    return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+    return p if np.isfinite(p) else 1.0
 
 
 def detect(r: np.ndarray, n: np.ndarray, min_auc: float, max_p_bonf: float, min_d: float,
@@ -58,7 +62,8 @@ def detect(r: np.ndarray, n: np.ndarray, min_auc: float, max_p_bonf: float, min_
     d = cohen_d_pooled(r, n)
     auc = auc_columns(r, n)
     const = (np.ptp(np.concatenate([r, n]), axis=0) == 0)
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # constant (dead) features: handled below
         mw = stats.mannwhitneyu(r, n, alternative="two-sided", axis=0, method="asymptotic")
         welch = stats.ttest_ind(r, n, equal_var=False, axis=0)
     p = np.where(const | ~np.isfinite(mw.pvalue), 1.0, mw.pvalue)
