@@ -192,8 +192,8 @@ def task_accuracy(model, items: Sequence[TaskItem], batch_size: int = 32) -> dic
     return res
 
 
-def ppl_batch_size(model, seq_len: int, budget_bytes: int = 1 << 29) -> int:
-    """Sequences per forward so that the float32 logits stay under ~512 MB."""
+def ppl_batch_size(model, seq_len: int, budget_bytes: int = 1 << 28) -> int:
+    """Sequences per forward so that the float32 logits stay under ~256 MB (their log-softmax doubles it)."""
     return max(1, budget_bytes // (4 * seq_len * model.info.d_vocab))
 
 

@@ -42,6 +42,7 @@ _RANDOM, _HIGHNORM, _SWAP = 1, 2, 3
 
 
 def run(cfg: KeystoneConfig, ctx: RunContext) -> None:
+    cpu0 = time.process_time()
     model = ctx.model
     types = list(cfg.neuron_types)
     prompts = load_prompts(cfg.prompt_source, cfg.n_groups)  # 1. data and generation
@@ -50,8 +51,10 @@ def run(cfg: KeystoneConfig, ctx: RunContext) -> None:
             model, group, cfg.max_new_tokens, cfg.repetition_penalty, cfg.penalty_window, batch_size=len(group))]
     ctx.save_table("generations", generations_frame(gens))
 
-    with _timed(ctx, "tf_check"):  # 2. recording, with the equality check
-        check = tf_check(model, gens[0], cfg.tf_check_tokens, types)
+    with _timed(ctx, "tf_check"):  # 2. recording, with the equality check on the first prompt
+        first = generate(model, [gens[0].prompt], cfg.tf_check_tokens, cfg.repetition_penalty, cfg.penalty_window,
+                         stop=False)[0]
+        check = tf_check(model, first, cfg.tf_check_tokens, types)
     with _timed(ctx, "recording"):
         recs = record_all(model, gens, types, per_step=cfg.recording == "per_step", progress=ctx.tqdm)
     means = {(g.prompt.group, g.prompt.id): r.means() for g, r in zip(gens, recs)}
@@ -104,6 +107,7 @@ def run(cfg: KeystoneConfig, ctx: RunContext) -> None:
             sft_study(cfg, ctx, model, smap, key)
     restored = weights_digest(model) == digest
     ctx.log_metrics(weights_hash_restored=restored)
+    ctx.log_timings(cpu_seconds_total=round(time.process_time() - cpu0, 3))
     if not restored:
         raise NumericError("the model's weights differ from the original after the ablation conditions / SFT")
 
@@ -317,7 +321,9 @@ def _groups(prompts):
 
 @contextlib.contextmanager
 def _timed(ctx: RunContext, stage: str):
-    t0 = time.perf_counter()
+    """Wall-clock seconds of a stage, and the CPU seconds this process spent in it (robust to other jobs)."""
+    t0, c0 = time.perf_counter(), time.process_time()
     yield
-    ctx.log_timings(**{f"seconds_{stage}": round(time.perf_counter() - t0, 3)})
+    ctx.log_timings(**{f"seconds_{stage}": round(time.perf_counter() - t0, 3),
+                       f"cpu_seconds_{stage}": round(time.process_time() - c0, 3)})
 

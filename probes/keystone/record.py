@@ -81,16 +81,18 @@ def _plain_stop(model, ids: list[int]) -> tuple[list[int], bool]:
 
 
 def generate(model, prompts: Sequence[Prompt], max_new_tokens: int, penalty: float, window: int,
-             batch_size: int = 4) -> list[Generation]:
-    """Greedy decoding (KV cache) with the windowed repetition penalty, batched per group."""
+             batch_size: int = 4, stop: bool = True) -> list[Generation]:
+    """Greedy decoding (KV cache) with the windowed repetition penalty, batched per group.
+
+    `stop=False` decodes exactly `max_new_tokens` tokens, past any stop token (the equality check's prefix)."""
     texts = [prompt_text(model, p.text) for p in prompts]
     chat = model.info.chat
     out = greedy(model, texts, max_new_tokens, logits_fn=windowed_repetition_penalty(penalty, window),
-                 hooked=False, templated=chat, batch_size=batch_size)
+                 hooked=False, templated=chat, batch_size=batch_size, stop_ids=None if stop else [])
     gens = []
     for p, text, ids in zip(prompts, texts, out):
-        stopped = len(ids) < max_new_tokens
-        if not chat:
+        stopped = stop and len(ids) < max_new_tokens
+        if stop and not chat:
             ids, cut = _plain_stop(model, ids)
             stopped = stopped or cut
         pids = model.tokenize(text, templated=chat)["input_ids"][0].tolist()

@@ -172,6 +172,16 @@ def _batch(examples: Sequence[tuple[list[int], int]], pad_id: int, device) -> tu
     return ids.to(device), att.to(device), tgt.to(device)
 
 
+def completion_logits(model, ids: Tensor, att: Tensor, tgt: Tensor) -> Tensor:
+    """Logits only at the positions whose next token is a completion token: the unembedding of the other
+    positions (most of the sequence, and most of the memory) is never computed."""
+    hf = model.hf
+    hidden = hf.get_decoder()(input_ids=ids, attention_mask=att).last_hidden_state[:, :-1]  # (b, pos-1, d)
+    logits = hf.get_output_embeddings()(hidden[tgt])
+    cap = getattr(hf.config, "final_logit_softcapping", None)
+    return torch.tanh(logits / cap) * cap if cap else logits
+
+
 def train(model, pl: Plan, mode: str, examples: Sequence[tuple[list[int], int]], cfg: SFTConfig,
           originals: dict[str, Tensor], gen: torch.Generator, progress=None) -> tuple[list[dict], int]:
     """AdamW with warmup + cosine, gradient accumulation to cfg.batch; returns the curve and the steps."""
@@ -197,10 +207,9 @@ def train(model, pl: Plan, mode: str, examples: Sequence[tuple[list[int], int]],
                 for m in range(0, len(batch), cfg.micro_batch):
                     ids, att, tgt = _batch(batch[m : m + cfg.micro_batch], pad, model.device)
                     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_amp):
-                        logits = model.hf(input_ids=ids, attention_mask=att).logits[:, :-1]
-                    lp = logits.float().log_softmax(-1)
-                    nll = -lp.gather(-1, ids[:, 1:, None])[..., 0]
-                    loss = (nll * tgt).sum() / n_tok
+                        logits = completion_logits(model, ids, att, tgt)  # (n_completion_tokens, vocab)
+                    nll = torch.nn.functional.cross_entropy(logits.float(), ids[:, 1:][tgt], reduction="sum")
+                    loss = nll / n_tok
                     loss.backward()
                     total_loss += float(loss.detach())
                 with torch.no_grad():

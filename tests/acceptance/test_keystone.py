@@ -86,7 +86,7 @@ def core_checks(run) -> dict[str, tuple[bool, str]]:
     check("9: mechanism metrics present", not missing, f"missing {missing}" if missing else "all present")
     secs = t.get("seconds_total", math.inf)
     check(f"budget: core run <= {BUDGET_CORE_S * SLACK:.0f} s", secs <= BUDGET_CORE_S * SLACK,
-          f"{secs:.0f} s ({stages(t)})")
+          f"{secs:.0f} s ({stages(t)}; {t.get('cpu_seconds_total', float('nan')):.0f} CPU-s)")
     return out
 
 
@@ -110,7 +110,7 @@ def sft_checks(run) -> dict[str, tuple[bool, str]]:
           f"{m.get('weights_hash_restored')}")
     secs = t.get("seconds_total", math.inf)
     check(f"budget: SFT check <= {BUDGET_SFT_S * SLACK:.0f} s", secs <= BUDGET_SFT_S * SLACK,
-          f"{secs:.0f} s (sft {t.get('seconds_sft', float('nan')):.0f} s)")
+          f"{secs:.0f} s ({stages(t)}; {t.get('cpu_seconds_total', float('nan')):.0f} CPU-s)")
     return out
 
 
