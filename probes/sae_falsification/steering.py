@@ -82,8 +82,9 @@ def _masked_add(vec: Tensor, mask: Tensor):
 
 
 def last_int(text: str) -> int | None:
+    """The last integer of the text (None without one, or when it has more than 15 digits)."""
     nums = re.findall(r"-?\d+", text.replace(",", ""))
-    return int(nums[-1]) if nums else None
+    return int(nums[-1]) if nums and len(nums[-1].lstrip("-")) <= 15 else None
 
 
 @torch.no_grad()
