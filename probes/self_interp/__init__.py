@@ -210,3 +210,4 @@ def sweep_layers(values: tuple[float, ...], n_layers: int) -> list[int]:
     for x in values:
         out.add(min(n_layers - 1, round(x * n_layers)) if x < 1 else int(x))
     return sorted(out)
+

@@ -176,7 +176,7 @@ class PrefixCache:
         self.len = tmpl.prefix_len
         ids = torch.tensor([tmpl.ids[: self.len]], device=model.device)
         with torch.no_grad():
-            self.cache = model.hf(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True).past_key_values
+            self.cache = model.hf(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True).cache
 
     def expand(self, batch: int):
         """A fresh copy of the cache repeated over `batch` rows (the stored one stays unchanged)."""
@@ -203,7 +203,7 @@ def _forward(model, tmpl: Template, ids: Tensor, mask: Tensor, soft: Tensor, pc:
     emb = inject(model, ids[:, p:], soft, [q - p for q in tmpl.positions])
     b, s = ids.shape[0], ids.shape[1] - p
     pos = torch.arange(p, p + s, device=ids.device)[None].expand(b, -1)
-    out = model.hf(inputs_embeds=emb, attention_mask=mask, past_key_values=pc.expand(b), position_ids=pos,
+    out = model.hf(inputs_embeds=emb, attention_mask=mask, cache=pc.expand(b), position_ids=pos,
                    use_cache=True, logits_to_keep=logits_to_keep)
     return out.logits
 
@@ -260,7 +260,7 @@ def _generate_cached(model, tmpl: Template, ids: Tensor, soft: Tensor, pc: Prefi
     emb_full = torch.zeros(b, ids.shape[1], soft.shape[1], dtype=model.dtype, device=ids.device)
     emb_full[:, p:] = inject(model, ids[:, p:], soft, [q - p for q in tmpl.positions])
     gen = model.hf.generate(input_ids=ids, inputs_embeds=emb_full, attention_mask=torch.ones_like(ids),
-                            past_key_values=pc.expand(b), generation_config=gc)
+                            cache=pc.expand(b), generation_config=gc)
     return gen[:, ids.shape[1]:] if gen.shape[1] > gc.max_new_tokens else gen
 
 

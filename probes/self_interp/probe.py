@@ -404,8 +404,12 @@ def summarize(exp: Experiment, main: LayerResult, controls: LayerResult, sweep: 
                "adapter_params": n_params("scalar_affine", d)}
     if "scalar_affine" in main.adapters and main.adapters["scalar_affine"].n_trainable() != m["adapter_params"]:
         raise RuntimeError("scalar_affine's trainable tensors do not match d + 1")
+    m["val_loss_identity"] = min(main.scale_losses)
+    curves = main.curves
     for v, ad in main.adapters.items():
         m[f"params_{v}"] = ad.n_trainable()
+        if v != "identity" and len(curves):
+            m[f"val_loss_{v}"] = float(curves[curves.variant == v].val_loss.min())
         m[f"recall_at_1_{v}"] = main.r(v, 1)
         m[f"recall_at_10_{v}"] = main.r(v, 10)
         if len(exp.train_sample):

@@ -32,6 +32,7 @@ from .inject import generate, render
 CONVERSATION = "Write a very short conversation which exhibits '{label}'."
 PURITY = 0.8
 TOP_POSITIONS = 20
+MIN_COUNT = 5
 
 
 @dataclass
@@ -58,11 +59,13 @@ def read_labels(path: str) -> dict[int, str]:
     return {k: v for k, v in out.items() if v}
 
 
-def token_labels(top_tokens: list[list[str]], purity: float = PURITY) -> dict[int, tuple[str, float]]:
-    """{latent: (label, purity)} for latents whose top-activating tokens are >= `purity` one token."""
+def token_labels(top_tokens: list[list[str]], purity: float = PURITY,
+                 min_count: int = MIN_COUNT) -> dict[int, tuple[str, float]]:
+    """{latent: (label, purity)} for latents whose top-activating tokens (at least `min_count` of
+    them) are >= `purity` one token."""
     out = {}
     for latent, toks in enumerate(top_tokens):
-        if not toks:
+        if len(toks) < min_count:
             continue
         tok, n = Counter(t.strip() for t in toks).most_common(1)[0]
         share = n / len(toks)

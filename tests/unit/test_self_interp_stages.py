@@ -234,9 +234,10 @@ def test_prompt_vectors_read_resid_post_at_the_last_real_token(tiny_model):
 def test_token_labels_need_a_dominant_token():
     from probes.self_interp.sae_branch import token_labels
 
-    tops = [[" the"] * 9 + [" a"], [" cat", " dog"] * 5, [], [" Paris"] * 8 + [" France"] * 2, [","] * 10]
+    tops = [[" the"] * 9 + [" a"], [" cat", " dog"] * 5, [], [" Paris"] * 8 + [" France"] * 2, [","] * 10,
+            [" rare"] * 3]
     got = token_labels(tops)
-    assert got == {0: ('the word "the"', 0.9), 3: ('the word "Paris"', 0.8)}
+    assert got == {0: ('the word "the"', 0.9), 3: ('the word "Paris"', 0.8)}  # " rare": too few positions
 
 
 def test_sae_scores_and_scaling(tmp_path):
