@@ -8,7 +8,7 @@ Prompts are left-padded with explicit attention masks; position ids come from th
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from jaxtyping import Float, Int

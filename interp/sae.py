@@ -76,6 +76,13 @@ class SAETrainConfig:
     """Mean active latents per token the controller and calibration aim at (standard, jumprelu)."""
     k: int = 32
     """Active latents per token (topk only)."""
+    aux_k: int = 0
+    """topk only: the auxiliary dead-latent loss (AuxK) reconstructs the residual error with the top aux_k dead
+    latents (0: off)."""
+    aux_coeff: float = 1 / 32
+    """Weight of the AuxK loss (normalised MSE of the residual error)."""
+    aux_dead_tokens: int = 100_000
+    """A latent counts as dead after this many training tokens without firing (AuxK)."""
     sparsity_coeff: float | None = None
     """Initial L1 (standard) or L0 (jumprelu) coefficient; None: lambda0 * target_l0 = 0.1 x initial loss."""
     controller: bool = True
@@ -92,6 +99,12 @@ class SAETrainConfig:
     """Initial threshold (the threshold is parametrised as log theta, so it stays positive)."""
     threshold_lr_scale: float = 1.0
     """Learning-rate multiplier of log theta (Adam moves it by about lr per step)."""
+    resample_every: int = 0
+    """Every this many steps, re-initialise latents that did not fire since the last time (0: never)."""
+    resample_until: float = 0.5
+    """Fraction of the steps after which no more resampling happens."""
+    resample_below: float = 1e-6
+    """A latent is resampled when it fired on fewer than this fraction of the tokens since the last resampling."""
     calibrate_l0: bool = True
     """After training, bisect one shared scalar so the mean L0 on training tokens hits target_l0."""
     calib_tokens: int = 16384
@@ -117,6 +130,10 @@ class SAETrainConfig:
             raise ConfigError("lr", self.lr, "a positive number")
         if self.architecture == "topk" and not 1 <= self.k <= self.d_sae:
             raise ConfigError("k", self.k, f"an integer in [1, d_sae={self.d_sae}]")
+        if self.aux_k and (self.architecture != "topk" or self.aux_k < 0 or self.aux_coeff < 0
+                           or self.aux_dead_tokens < 1):
+            raise ConfigError("aux_k", self.aux_k, "0, or a positive count with architecture=topk, aux_coeff >= 0 "
+                              "and aux_dead_tokens >= 1")
         if self.architecture != "topk" and (self.target_l0 is None or self.target_l0 <= 0):
             if self.controller or self.calibrate_l0 or self.sparsity_coeff is None:
                 raise ConfigError("target_l0", self.target_l0, "a positive number (or controller, calibration off)")
@@ -124,9 +141,21 @@ class SAETrainConfig:
             raise ConfigError("jumprelu_bandwidth", self.jumprelu_bandwidth, "positive bandwidth and threshold")
         if not 0 < self.calib_tol < 1:
             raise ConfigError("calib_tol", self.calib_tol, "a value in (0, 1)")
+        if self.resample_every < 0:
+            raise ConfigError("resample_every", self.resample_every, "0 (off) or a positive step count")
+        if not 0 <= self.resample_until <= 1 or not 0 <= self.resample_below <= 1:
+            raise ConfigError("resample_until", (self.resample_until, self.resample_below),
+                              "resample_until and resample_below in [0, 1]")
 
     def key(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if not self.aux_k:  # configs without AuxK keep the cache keys they had before it existed
+            for name in ("aux_k", "aux_coeff", "aux_dead_tokens"):
+                d.pop(name)
+        if not self.resample_every:  # likewise for resampling
+            for name in ("resample_every", "resample_until", "resample_below"):
+                d.pop(name)
+        return d
 
 
 # ============================================================================= activations
@@ -332,11 +361,12 @@ class _SAEForward(torch.autograd.Function):
         ctx.save_for_backward(xc, pre, active, a, W_enc, W_dec, theta if theta is not None else pre.new_empty(0),
                               rows, cols, vals)
         ctx.arch, ctx.eps, ctx.sparse = arch, eps, sparse
-        ctx.mark_non_differentiable(l0)
-        return x_hat, l0, penalty
+        fired = active.sum(0)
+        ctx.mark_non_differentiable(l0, fired)
+        return x_hat, l0, penalty, fired
 
     @staticmethod
-    def backward(ctx, g_xhat, g_l0, g_pen):
+    def backward(ctx, g_xhat, g_l0, g_pen, g_fired):
         xc, pre, active, a, W_enc, W_dec, theta, rows, cols, vals = ctx.saved_tensors
         arch, eps = ctx.arch, ctx.eps
         B, d = pre.shape
@@ -384,8 +414,8 @@ class _ToolkitSAE(torch.nn.Module):
         self.log_threshold = torch.nn.Parameter(torch.full((cfg.d_sae,), init, device=device, dtype=dtype),
                                                 requires_grad=cfg.architecture == "jumprelu")
 
-    def forward(self, x: Tensor, sparse_below: float = 0.02) -> tuple[Tensor, Tensor, Tensor]:
-        """(x_hat, l0 per row, sparsity penalty per row)."""
+    def forward(self, x: Tensor, sparse_below: float = 0.02) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """(x_hat, l0 per row, sparsity penalty per row, tokens each latent fired on in the batch)."""
         c = self.cfg
         return _SAEForward.apply(x, self.W_enc, self.b_enc, self.W_dec, self.b_dec, self.log_threshold,
                                  c.architecture, c.k, c.jumprelu_bandwidth, sparse_below)
@@ -393,6 +423,35 @@ class _ToolkitSAE(torch.nn.Module):
     @torch.no_grad()
     def renorm(self) -> None:
         self.W_dec /= self.W_dec.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+
+    @torch.no_grad()
+    def resample(self, dead: Tensor, residual: Tensor, opt: torch.optim.Optimizer, gen: torch.Generator) -> int:
+        """Re-initialise dead latents towards badly reconstructed inputs (Bricken et al. 2023).
+
+        Each dead latent gets the direction of a batch residual drawn with probability proportional
+        to its squared norm: decoder row = that direction, encoder column = the same, encoder bias 0,
+        threshold back to its initial value; their Adam moments are zeroed.
+        """
+        idx = dead.nonzero().squeeze(-1)
+        if idx.numel() == 0:
+            return 0
+        w = residual.pow(2).sum(-1).double().cpu()
+        if float(w.sum()) <= 0:
+            return 0
+        pick = torch.multinomial(w, idx.numel(), replacement=True, generator=gen).to(residual.device)
+        dirs = residual[pick]
+        dirs = dirs / dirs.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+        self.W_dec[idx] = dirs
+        self.W_enc[:, idx] = dirs.T
+        self.b_enc[idx] = 0
+        self.log_threshold[idx] = math.log(self.cfg.jumprelu_init_threshold)
+        for p, rows in ((self.W_dec, (idx,)), (self.W_enc, (slice(None), idx)), (self.b_enc, (idx,)),
+                        (self.log_threshold, (idx,))):
+            state = opt.state.get(p, {})
+            for key in ("exp_avg", "exp_avg_sq"):
+                if key in state:
+                    state[key][rows] = 0
+        return int(idx.numel())
 
 
 @dataclass
@@ -408,10 +467,39 @@ class TrainLog:
     rec_final: float | None = None
     calib_value: float | None = None
     """Threshold factor s (jumprelu) or encoder-bias offset delta (standard); None if not calibrated."""
+    aux_final: float | None = None
+    """AuxK loss at the last step (topk with aux_k)."""
+    dead_final: float | None = None
+    """Share of latents dead (no firing within aux_dead_tokens) at the last step (topk with aux_k)."""
+    resampled: int = 0
+    """Dead latents re-initialised during training."""
     l0_train_calibrated: float | None = None
     """Mean L0 on the calibration tokens after calibration (or after training without it)."""
     history: list[dict[str, float]] = field(default_factory=list)
     """step, lr, coeff, l0_ema, rec (normalised reconstruction loss) every controller period."""
+
+
+def _aux_step(sae: _ToolkitSAE, xb: Tensor, x_hat: Tensor, since_fired: Tensor, cfg: SAETrainConfig
+              ) -> tuple[float, float]:
+    """AuxK (Gao et al. 2024): the top `aux_k` dead latents reconstruct the residual error e = x - x_hat;
+    loss aux_coeff * ||e_hat - e||^2 / ||e||^2, its gradients added to those of the main loss.
+
+    Called after the main backward: a latent fired in this batch iff its decoder row got a gradient (the codes
+    are zero elsewhere). Returns (aux loss, dead fraction).
+    """
+    fired = sae.W_dec.grad.abs().amax(-1) > 0
+    since_fired.add_(xb.shape[0]).masked_fill_(fired, 0)
+    dead = (since_fired >= cfg.aux_dead_tokens).nonzero()[:, 0]
+    if len(dead) == 0:
+        return 0.0, 0.0
+    e = xb - x_hat
+    pre = (xb - sae.b_dec.detach()) @ sae.W_enc[:, dead] + sae.b_enc[dead]  # (B, n_dead)
+    vals, idx = pre.topk(min(cfg.aux_k, len(dead)), dim=-1)
+    acts = torch.zeros_like(pre).scatter(-1, idx, vals.relu())
+    e_hat = acts @ sae.W_dec[dead]
+    aux = cfg.aux_coeff * (e_hat - e).pow(2).sum(-1).mean() / e.pow(2).sum(-1).mean().clamp_min(1e-12)
+    aux.backward()
+    return float(aux.detach()), len(dead) / cfg.d_sae
 
 
 def _lr_at(cfg: SAETrainConfig, step: int) -> float:
@@ -453,17 +541,22 @@ def _train_toolkit(
     groups: list[dict[str, Any]] = [{"params": [sae.W_enc, sae.b_enc, sae.W_dec, sae.b_dec], "lr_scale": 1.0}]
     if cfg.architecture == "jumprelu":
         groups.append({"params": [sae.log_threshold], "lr_scale": cfg.threshold_lr_scale})
-    opt = torch.optim.Adam(groups, lr=cfg.lr)
+    opt = torch.optim.Adam(groups, lr=cfg.lr, fused=x.dtype in (torch.float32, torch.float64))
     log = TrainLog()
     coeff = cfg.sparsity_coeff
     target = cfg.target_l0
     use_ctrl = cfg.controller and cfg.architecture != "topk"
     l0_ema = None
+    since_fired = torch.zeros(cfg.d_sae, dtype=torch.long, device=x.device)  # tokens since each latent fired (AuxK)
+    fires = torch.zeros(cfg.d_sae, dtype=torch.long, device=x.device)  # firings since the last resampling
+    seen = 0  # tokens since the last resampling
     t0 = time.perf_counter()
     bar = tqdm(total=cfg.steps, desc=f"train {cfg.architecture} SAE", disable=not progress, leave=False)
     for step, idx in enumerate(_batches(n, cfg.batch, cfg.steps, gen)):
         xb = x[idx]
-        x_hat, l0, penalty = sae(xb, sparse_below)
+        x_hat, l0, penalty, fired = sae(xb, sparse_below)
+        fires += fired
+        seen += xb.shape[0]
         rec = (x_hat - xb).pow(2).sum(-1).mean() / norm
         if coeff is None:  # lambda0 * (penalty at the target L0) = 0.1 * initial reconstruction loss
             if cfg.architecture == "topk":
@@ -483,8 +576,14 @@ def _train_toolkit(
             g["lr"] = lr * g["lr_scale"]
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        if cfg.aux_k:
+            log.aux_final, log.dead_final = _aux_step(sae, xb, x_hat.detach(), since_fired, cfg)
         opt.step()
         sae.renorm()
+        if cfg.resample_every and (step + 1) % cfg.resample_every == 0 and step < cfg.resample_until * cfg.steps:
+            log.resampled += sae.resample(fires < cfg.resample_below * seen, (xb - x_hat).detach(), opt, gen)
+            fires.zero_()
+            seen = 0
         batch_l0 = float(l0.mean())
         l0_ema = batch_l0 if l0_ema is None else cfg.l0_ema_decay * l0_ema + (1 - cfg.l0_ema_decay) * batch_l0
         if (step + 1) % cfg.controller_every == 0:

@@ -107,8 +107,14 @@ class AtomsConfig(ProbeConfig):
     """Active atoms per synthetic sample (also its target L0)."""
     synth_samples: int = 60_000
     """Synthetic training samples (plus a held-out tenth)."""
-    synth_steps: int = 800
+    synth_steps: int = 2000
     """Training steps of each synthetic TSAE."""
+    synth_lr: float = 2e-3
+    """Adam learning rate of the synthetic TSAEs (with data-initialised decoders, threshold 3 whitened units and
+    dead-latent resampling every `synth_resample_every` steps over the first half)."""
+    synth_resample_every: int = 100
+    """Steps between dead-latent resampling in the synthetic TSAEs (0: off). With d_sae = N*, every dead latent
+    is a missed atom."""
     synth_d_fracs: tuple[float, ...] = (0.25, 1.0)
     """Synthetic dictionary sizes as fractions of N* (the knee compares N*/4 with N*)."""
     synth_n_fracs: tuple[float, ...] = (1.0,)
@@ -177,14 +183,18 @@ class AtomsConfig(ProbeConfig):
         check_range("d_sae_mult", self.d_sae_mult, 0, 64, lo_open=True)
         check_range("target_l0", self.target_l0, 0, None, lo_open=True)
         check_range("lr", self.lr, 0, 1, lo_open=True)
+        check_range("synth_lr", self.synth_lr, 0, 1, lo_open=True)
+        if self.synth_resample_every < 0:
+            raise ConfigError("synth_resample_every", self.synth_resample_every, "0 (off) or a positive step count")
         check_range("jumprelu_bandwidth", self.jumprelu_bandwidth, 0, None, lo_open=True)
         check_range("threshold_lr_scale", self.threshold_lr_scale, 0, None, lo_open=True)
         if tuple(self.drop_positions) != tuple(range(len(self.drop_positions))):
             raise ConfigError("drop_positions", list(self.drop_positions), "leading positions [0, 1, ..., k-1] or []")
         if len(self.grid_d_mults) != len(set(self.grid_d_mults)) or any(m <= 0 for m in self.grid_d_mults):
             raise ConfigError("grid_d_mults", list(self.grid_d_mults), "distinct positive multiples of d_model")
-        if any(not 0 < f <= 1 for f in (*self.grid_n_fracs, *self.synth_n_fracs)):
-            raise ConfigError("grid_n_fracs", list(self.grid_n_fracs), "fractions in (0, 1]")
+        for name in ("grid_n_fracs", "synth_n_fracs"):
+            if any(not 0 < f <= 1 for f in getattr(self, name)):
+                raise ConfigError(name, list(getattr(self, name)), "fractions in (0, 1]")
         if bool(self.grid_d_mults) != bool(self.grid_n_fracs):
             raise ConfigError("grid_d_mults", list(self.grid_d_mults),
                               "empty together with grid_n_fracs (no grid) or both set; "

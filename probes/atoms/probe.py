@@ -398,9 +398,12 @@ def synthetic_check(cfg: AtomsConfig, ctx: RunContext) -> tuple[pd.DataFrame, di
         n = max(2, int(round(n_frac * cfg.synth_samples)))
         for d_frac in sorted(cfg.synth_d_fracs):
             d_sae = max(1, int(round(d_frac * cfg.synth_atoms)))
+            # whitened samples have norm ~sqrt(H_s): threshold 3 starts L0 near K, not near d_sae/4 as 0.5 would
             scfg = SAETrainConfig(architecture="jumprelu", d_sae=d_sae, steps=cfg.synth_steps, batch=cfg.batch,
-                                  lr=cfg.lr, target_l0=float(cfg.synth_k), jumprelu_bandwidth=cfg.jumprelu_bandwidth,
-                                  threshold_lr_scale=cfg.threshold_lr_scale,
+                                  lr=cfg.synth_lr, target_l0=float(cfg.synth_k),
+                                  jumprelu_bandwidth=cfg.jumprelu_bandwidth, jumprelu_init_threshold=3.0,
+                                  threshold_lr_scale=cfg.threshold_lr_scale, init_decoder="data",
+                                  resample_every=cfg.synth_resample_every, resample_below=1e-3,
                                   calib_tokens=min(cfg.l0_calib_tokens, n), seed=cfg.seed)
             t0 = time.perf_counter()
             sae = train_sae(syn.train[:n], scfg, transform=w.transform())

@@ -83,11 +83,11 @@ class Adapter(nn.Module):
 
     @property
     def scale(self) -> float:
-        return float(self.log_scale.exp())
+        return float(self.log_scale.detach().exp())
 
     @property
     def bias_norm(self) -> float:
-        return float(self.bias.norm())
+        return float(self.bias.detach().norm())
 
     def n_trainable(self) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad)

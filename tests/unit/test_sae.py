@@ -56,7 +56,7 @@ def test_fused_forward_gradients_match_autograd_and_sparse_path(arch):
     grads = []
     for sparse_below in (0.0, 1.0):
         ps = [p.clone().requires_grad_(True) for p in P]
-        x_hat, l0, pen = _SAEForward.apply(x, *ps, arch, 4, 0.5, sparse_below)
+        x_hat, l0, pen, _ = _SAEForward.apply(x, *ps, arch, 4, 0.5, sparse_below)
         (((x_hat - x) ** 2).sum() + 0.3 * pen.sum()).backward()
         grads.append([p.grad for p in ps])
     ref = [p.clone().requires_grad_(True) for p in P]
