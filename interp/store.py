@@ -9,6 +9,7 @@ Reading needs no torch: tensors come back as numpy arrays.
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import hashlib
 import json
 import math
@@ -118,7 +119,13 @@ class RunWriter:
         seed: int,
         env: dict[str, Any] | None = None,
     ) -> "RunWriter":
-        """A new run directory, made with an exclusive mkdir (a collision retries)."""
+        """A new run directory, born with its manifest (status running).
+
+        The directory is filled under a hidden temporary name and renamed into place, so a listing never sees a
+        run directory without a manifest (an exclusive mkdir followed by the manifest write left a window in
+        which readers saw a "damaged" run). A run directory is never empty, so the rename fails on a taken run id
+        (ENOTEMPTY / EEXIST) and a new id is tried.
+        """
         check_name(probe, "probe name")
         parent = Path(root) / probe
         try:
@@ -128,15 +135,30 @@ class RunWriter:
         for _ in range(100):
             stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
             run_id = f"{stamp}-{config_hash[:8]}-{secrets.token_hex(2)}"
-            path = parent / run_id
+            tmp = parent / f".{run_id}.{secrets.token_hex(4)}.tmp"
             try:
-                os.mkdir(path)
-                break
-            except FileExistsError:
-                continue
-        else:  # pragma: no cover - 100 collisions of 16 random bits in one second
-            raise InterpError(f"could not create a run directory under {parent}")
-        manifest = {
+                os.mkdir(tmp)
+            except OSError as e:
+                raise InterpError(f"cannot create the run directory under {parent}: {e.strerror or e}") from None
+            writer = cls(tmp, cls._new_manifest(probe, run_id, config, config_hash, seed, env))
+            try:
+                writer.flush()
+                os.rename(tmp, parent / run_id)
+            except OSError as e:
+                import shutil
+
+                shutil.rmtree(tmp, ignore_errors=True)
+                if e.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                    continue
+                raise
+            writer.path = parent / run_id
+            return writer
+        raise InterpError(f"could not create a run directory under {parent}")  # pragma: no cover - 100 collisions
+
+    @staticmethod
+    def _new_manifest(probe: str, run_id: str, config: dict[str, Any], config_hash: str, seed: int,
+                      env: dict[str, Any] | None) -> dict[str, Any]:
+        return {
             "schema": SCHEMA,
             "probe": probe,
             "run_id": run_id,
@@ -156,9 +178,6 @@ class RunWriter:
             "pid": os.getpid(),
             "host": socket.gethostname(),
         }
-        writer = cls(path, manifest)
-        writer.flush()
-        return writer
 
     # -- artifacts ------------------------------------------------------------------
     def _record(self, filename: str) -> None:
