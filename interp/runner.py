@@ -14,14 +14,16 @@ from .store import RunWriter, default_root, load_run
 
 
 def prepare(probe: str, overrides: dict[str, Any] | None = None):
-    """(spec, cfg) with the config and the model name validated; imports no torch."""
-    from .models import model_n_layers, resolve_model
+    """(spec, cfg) with the config, the model name and the data the config names validated; imports no torch."""
+    from .models import model_limits, resolve_model
 
     spec = get_probe(probe)
     cfg = spec.config(overrides)
     check_backend(spec.name, cfg)
     res = resolve_model(cfg.model)
-    cfg.validate_for_model(model_n_layers(res))
+    limits = model_limits(res)
+    cfg.validate_for_model(limits.n_layers)
+    cfg.validate_data(limits)
     return spec, cfg
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from interp.config import ProbeConfig, check_range
+from interp.config import ModelLimits, ProbeConfig, check_range
+from interp.data import check_source
 from interp.errors import ConfigError
 from interp.registry import probe
 from interp.sites import Site
@@ -205,6 +206,13 @@ class AtomsConfig(ProbeConfig):
             raise ConfigError("synth_k", self.synth_k, f"an integer in [1, synth_dim={self.synth_dim})")
         if self.sae_source != "train" and not self.sae_source.strip():
             raise ConfigError("sae_source", self.sae_source, '"train" or a SAELens directory')
+
+    CONTEXT_FIELDS = ("ctx_len",)
+
+    def validate_data(self, limits: ModelLimits) -> None:
+        super().validate_data(limits)
+        check_source(self.corpus, field="corpus", seed=self.seed, min_tokens=self.n_tokens,
+                     count_tokens=limits.count_tokens, needed_for=f"n_tokens={self.n_tokens}")
 
     def validate_for_model(self, n_layers: int | None) -> None:
         for name, value in (("hook", self.hook), *(("angle_hooks", h) for h in self.angle_hooks)):

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from interp.config import ProbeConfig, check_range
+from interp.config import ModelLimits, ProbeConfig, check_range
+from interp.data import check_source, read_jsonl
 from interp.errors import ConfigError
 from interp.registry import probe
 
@@ -64,7 +65,8 @@ class GraphSawtoothConfig(ProbeConfig):
     split of the built-in corpus)."""
     data: str | None = None
     """Optional JSONL of {prompt, answer, candidates[, task]} rows (e.g. exported GraphWiz) replacing
-    the synthetic tasks; prompts must contain an edge list in one of the parsed formats."""
+    the synthetic tasks; prompts must contain an edge list in one of the parsed formats and be distinct (the rows
+    are split into selection, calibration and test: a repeat would leak across the splits)."""
     batch_size: int = 8
     """Prompts per forward pass (left padding; the sink column comes from the attention mask)."""
     n_roi_maps: int = 3
@@ -74,6 +76,7 @@ class GraphSawtoothConfig(ProbeConfig):
 
     #: SLASH edits the post-softmax pattern; scoring rebuilds the KV cache from post-rotary keys and values
     REQUIRES = ("attn_pattern", "edit:attn_pattern", "attn_rot_k", "attn_v", "attn_z")
+    CONTEXT_FIELDS = ("ppl_len",)
 
     SIZE_PRESETS = {
         "micro": {
@@ -148,6 +151,22 @@ class GraphSawtoothConfig(ProbeConfig):
         check_range("batch_size", self.batch_size, 1, 1024)
         check_range("n_roi_maps", self.n_roi_maps, 0, 100)
         check_range("n_boot", self.n_boot, 10, 100000)
+
+    def validate_data(self, limits: ModelLimits) -> None:
+        super().validate_data(limits)
+        n_seqs = self.ppl_tokens // self.ppl_len
+        check_source(self.ppl_data, field="ppl_data", seed=self.seed, min_tokens=n_seqs * self.ppl_len,
+                     count_tokens=limits.count_tokens, needed_for=f"{n_seqs} sequences of ppl_len={self.ppl_len}")
+        if self.data is None:
+            return
+        need = self.n_select + self.n_cal + self.n_test
+        rows = read_jsonl(self.data, field="data", required=("prompt", "answer", "candidates"), unique="prompt",
+                          min_rows=need, needed_for="n_select + n_cal + n_test")
+        if limits.count_tokens is not None and limits.n_ctx is not None:
+            n, i = max((limits.count_tokens(str(r["prompt"])), i) for i, r in enumerate(rows))
+            if n >= limits.n_ctx:
+                raise ConfigError("data", self.data, f"prompts shorter than the context of {self.model} "
+                                  f"({limits.n_ctx} tokens); row {i + 1} has {n}")
 
     def validate_for_model(self, n_layers: int | None) -> None:
         if n_layers is not None and n_layers < 2:

@@ -11,7 +11,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from interp.config import ProbeConfig, check_range
+from interp.config import ModelLimits, ProbeConfig, check_range
+from interp.data import check_source, read_jsonl
 from interp.errors import ConfigError
 from interp.registry import probe
 
@@ -61,7 +62,7 @@ class KeystoneConfig(ProbeConfig):
 
     prompt_source: str = "builtin"
     """"builtin" (four capability prompts plus generated disjoint groups) or a JSONL file of
-    {id, capability, prompt[, group]} rows."""
+    {id, capability, prompt[, group]} rows; a repeated prompt is an error (the groups must be disjoint)."""
     n_groups: int = 3
     """Disjoint prompt groups (one prompt per capability each) for the stability measure."""
     max_new_tokens: int = 192
@@ -101,7 +102,8 @@ class KeystoneConfig(ProbeConfig):
     massive_test_len: int = 32
     """Tokens of each sequence in the single-unit position-0 test."""
     task_suite: str = "builtin"
-    """"builtin" (addition, capitals, sequences) or a JSONL file of {task, prompt, answer} rows."""
+    """"builtin" (addition, capitals, sequences) or a JSONL file of {task, prompt, answer} rows (repeated prompts
+    are kept, each counting, with a warning)."""
     task_items: int = 150
     """Task-suite items, split evenly across the tasks."""
     rope_pair_ablation: bool = False
@@ -112,6 +114,7 @@ class KeystoneConfig(ProbeConfig):
     """Keystone-only fine-tuning (see sft.*)."""
 
     REQUIRES = ("attn_rot_q", "attn_rot_k", "attn_v", "attn_z", "mlp_up", "mlp_post", "attn_pattern")
+    CONTEXT_FIELDS = ("ppl_len", "sft.max_len")
 
     SIZE_PRESETS = {
         "micro": {
@@ -206,6 +209,24 @@ class KeystoneConfig(ProbeConfig):
                 raise ConfigError("sft.variants", v, "one of " + ", ".join(SFT_VARIANTS))
         if not s.enable and not self.ablation:
             raise ConfigError("ablation", self.ablation, "true unless sft.enable is true (nothing would be measured)")
+
+    def validate_data(self, limits: ModelLimits) -> None:
+        super().validate_data(limits)
+        check_source(self.ppl_corpus, field="ppl_corpus", min_tokens=self.ppl_seqs * (self.ppl_len - 1),
+                     count_tokens=limits.count_tokens, needed_for=f"ppl_seqs={self.ppl_seqs} x ppl_len={self.ppl_len}")
+        if self.prompt_source != "builtin":
+            rows = read_jsonl(self.prompt_source, field="prompt_source", required=("prompt",), unique="prompt",
+                              min_rows=2, needed_for="two prompts or more per group")
+            if limits.count_tokens is not None and limits.n_ctx is not None:  # the prompt and its generation
+                room = limits.n_ctx - self.max_new_tokens
+                n, i = max((limits.count_tokens(str(r["prompt"])), i) for i, r in enumerate(rows))
+                if n > room:
+                    raise ConfigError("prompt_source", self.prompt_source,
+                                      f"prompts of at most {room} tokens (the context of {self.model}, {limits.n_ctx}, "
+                                      f"less max_new_tokens={self.max_new_tokens}); row {i + 1} has {n}")
+        if self.task_suite != "builtin":
+            read_jsonl(self.task_suite, field="task_suite", required=("prompt", "answer"), unique="prompt",
+                       duplicates="all")
 
     def n_selected(self, n: int, p: float | None = None) -> int:
         """c = max(1, floor(n * p)): neurons kept per prompt in a cell of width n."""

@@ -83,6 +83,8 @@ class LockinConfig(ProbeConfig):
     heatmap_mb: int = 1024
     """Memory cap (MB, float16) for the stored update bases behind the checkpoint-overlap heatmap."""
 
+    CONTEXT_FIELDS = ("seq_len",)
+
     SIZE_PRESETS = {
         "micro": {
             "grid": "micro",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from interp.config import ProbeConfig, check_range
+from interp.config import ModelLimits, ProbeConfig, check_range
 from interp.errors import ConfigError
 from interp.registry import probe
 
@@ -21,7 +21,9 @@ class LogitLensConfig(ProbeConfig):
     top_k: int = 5
     """Tokens kept per layer and position."""
     max_tokens: int = 256
-    """Longest prompt accepted, in tokens (longer prompts are an error, not truncated)."""
+    """Longest prompt accepted, in tokens (longer prompts are an error, not truncated); at most the model's context."""
+
+    CONTEXT_FIELDS = ("max_tokens",)
 
     def validate(self) -> None:
         super().validate()
@@ -29,3 +31,11 @@ class LogitLensConfig(ProbeConfig):
             raise ConfigError("prompt", self.prompt, "a non-empty text")
         check_range("top_k", self.top_k, 1, 100)
         check_range("max_tokens", self.max_tokens, 1, 8192)
+
+    def validate_data(self, limits: ModelLimits) -> None:
+        super().validate_data(limits)
+        if limits.count_tokens is not None:  # a lower bound: a BOS or the chat template only add tokens
+            n = limits.count_tokens(self.prompt)
+            if n > self.max_tokens:
+                raise ConfigError("prompt", f"<{n} tokens>", f"at most max_tokens={self.max_tokens} tokens "
+                                  "(longer prompts are an error, not truncated)")

@@ -7,10 +7,12 @@ This module is torch-free: the CLI validates a config before any heavy import.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
-from interp.config import ProbeConfig, check_range
+from interp.config import ModelLimits, ProbeConfig, check_range
+from interp.data import check_source
 from interp.errors import ConfigError
 from interp.registry import probe
 
@@ -206,6 +208,14 @@ class SaeFalsificationConfig(ProbeConfig):
             raise ConfigError("generator_url", self.generator_url, "an http:// or https:// URL")
         if not self.steer_gammas or any(abs(g) > 100 for g in self.steer_gammas):
             raise ConfigError("steer_gammas", list(self.steer_gammas), "a non-empty list of scales in [-100, 100]")
+
+    CONTEXT_FIELDS = ("seq_len",)
+
+    def validate_data(self, limits: ModelLimits) -> None:
+        super().validate_data(limits)
+        need = math.ceil(0.7 * max(self.quality_tokens, self.sae_train_tokens if self.sae == "train" else 0))
+        check_source(self.corpus, field="corpus", seed=self.seed, min_tokens=need, count_tokens=limits.count_tokens,
+                     needed_for="70 % of quality_tokens and, with sae=train, of sae_train_tokens")
 
     def validate_for_model(self, n_layers: int | None) -> None:
         if self.sae == "train":

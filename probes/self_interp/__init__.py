@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from interp.config import ProbeConfig, check_range
+from interp.config import ModelLimits, ProbeConfig, check_range
+from interp.data import read_jsonl
 from interp.errors import ConfigError
 from interp.registry import probe
 
@@ -29,7 +30,8 @@ class SelfInterpConfig(ProbeConfig):
     """Layers for recall by layer (identity, scalar_affine, logit lens): a value < 1 is a fraction of n_layers,
     else a layer index; () skips the sweep. (0.4, 0.6, 0.8, 0.9) is [12, 18, 24, 27] on SmolLM2."""
     topics_file: str | None = None
-    """JSONL of {topic, category, aliases} rows replacing the built-in 400-topic list."""
+    """JSONL of {topic, category, aliases} rows replacing the built-in 400-topic list (a topic repeated, in any case,
+    is used once, with a warning)."""
     heldout_frac: float = 0.2
     """Within each category, the first ceil(frac * n_c) shuffled topics are held out."""
     topic_cap: int | None = 300
@@ -191,6 +193,19 @@ class SelfInterpConfig(ProbeConfig):
         for x in self.layer_sweep:
             if x < 0:
                 raise ConfigError("layer_sweep", x, "fractions in (0, 1) or layer indices >= 1")
+
+    def validate_data(self, limits: ModelLimits) -> None:
+        super().validate_data(limits)
+        if self.topics_file is not None:
+            rows = read_jsonl(self.topics_file, field="topics_file", required=("topic",), unique="topic",
+                              duplicates="first", fold_case=True)
+            distinct = {str(r["topic"]).strip().lower() for r in rows} - {""}
+            if len(distinct) < 20:
+                raise ConfigError("topics_file", self.topics_file,
+                                  f"at least 20 distinct topics (found {len(distinct)})")
+        if self.sae_labels_file is not None:
+            read_jsonl(self.sae_labels_file, field="sae_labels_file", required=("latent", "label"), unique="latent",
+                       duplicates="last")
 
     def validate_for_model(self, n_layers: int | None) -> None:
         self.check_layer("layer", self.layer, n_layers)

@@ -20,6 +20,7 @@ from app_fixtures import (
     selected_probes,
 )
 
+from interp.registry import get_probe
 from interp.runner import execute, prepare
 
 
@@ -44,7 +45,9 @@ def runs(tmp_path_factory, request) -> Runs:
             out.done[name] = ref(new_run(root, name, before))
 
     src = root / out.done["logit_lens"]
-    spec, cfg = prepare("logit_lens", {"size": "micro", "max_tokens": 1})
+    # built without prepare(): its pre-load check would refuse the prompt; the probe's own check fails the run
+    spec = get_probe("logit_lens")
+    cfg = spec.config({"size": "micro", "max_tokens": 1})
     before = set(src.parent.iterdir())
     with pytest.raises(Exception, match="max_tokens"):
         execute(spec, cfg, out=root, model=request.getfixturevalue("model"), progress=False)
