@@ -1,14 +1,12 @@
 """The interp dashboard: `streamlit run app/main.py` (or `interp app`), reading runs under $INTERP_OUT.
 
-Navigation comes from the registry: the Runs home, a Sweeps page when `app.views.sweeps` exists
-(its `render(root)`), then one page per registered probe (its page module's `render(run)`, or the
-generic page). Every page reads only inside the artifacts root, through the store.
+Navigation comes from the registry: the Runs home, the Sweeps page (`app.views.sweeps`, whose points
+link to their runs as the home page does), then one page per registered probe (its page module's
+`render(run)`, or the generic page). Every page reads only inside the artifacts root, through the store.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -21,6 +19,7 @@ import streamlit as st
 
 from app import common
 from app.views import runs as runs_view
+from app.views import sweeps as sweeps_view
 from interp.registry import probes_available
 
 
@@ -37,12 +36,10 @@ def main() -> None:
         name: _page(lambda name=name: common.probe_page(name, root), name, name, icon=":material/science:")
         for name in specs
     }
-    home = _page(lambda: runs_view.render(root, probe_pages), "Runs", "runs", default=True, icon=":material/table:")
-    top = [home]
-    if importlib.util.find_spec("app.views.sweeps") is not None:
-        sweeps = importlib.import_module("app.views.sweeps")
-        top.append(_page(lambda: sweeps.render(root), "Sweeps", "sweeps", icon=":material/grid_view:"))
-    st.navigation({"": top, "Probes": list(probe_pages.values())}).run()
+    sweeps = _page(lambda: sweeps_view.render(root, probe_pages), "Sweeps", "sweeps", icon=":material/grid_view:")
+    home = _page(lambda: runs_view.render(root, probe_pages, sweeps), "Runs", "runs", default=True,
+                 icon=":material/table:")
+    st.navigation({"": [home, sweeps], "Probes": list(probe_pages.values())}).run()
 
 
 main()

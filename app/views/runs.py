@@ -1,7 +1,8 @@
 """The Runs home: every run under the artifacts root, filters, and one run's manifest and files.
 
 ``?run=<probe>/<run_id>`` opens that run on its probe's page (or selects it here when the probe
-has no page); a value outside the artifacts root is refused with an error.
+has no page); a value outside the artifacts root is refused with an error. ``?sweep=<name>`` opens
+that sweep on the Sweeps page.
 """
 
 from __future__ import annotations
@@ -20,8 +21,11 @@ from interp.store import MANIFEST, RunInfo, read_manifest
 SELECT_KEY = "runs.selected"
 
 
-def render(root: Path, pages: Mapping[str, Any]) -> None:
-    """The home page; `pages` maps probe names to their st.Page (for links and ?run= redirects)."""
+def render(root: Path, pages: Mapping[str, Any], sweeps: Any = None) -> None:
+    """The home page; `pages` maps probe names to their st.Page (for links and ?run= redirects),
+    `sweeps` is the Sweeps page (for ?sweep= redirects)."""
+    if sweeps is not None and (name := st.query_params.get("sweep")):
+        st.switch_page(sweeps, query_params={"sweep": name})
     st.title("Runs")
     preselect = None
     if wanted := st.query_params.get("run"):

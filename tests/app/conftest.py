@@ -77,14 +77,17 @@ def runs(tmp_path_factory, request) -> Runs:
 
 @pytest.fixture
 def app_test(monkeypatch):
-    """app_test(root, run=None): the dashboard run once under AppTest with INTERP_OUT=root (and ?run=)."""
+    """app_test(root, run=None, **query): the dashboard run once under AppTest with INTERP_OUT=root (and
+    ?run=, or other query parameters such as sweep=)."""
     from streamlit.testing.v1 import AppTest
 
-    def make(root: Path, run: str | None = None) -> AppTest:
+    def make(root: Path, run: str | None = None, **query: str) -> AppTest:
         monkeypatch.setenv("INTERP_OUT", str(root))
         at = AppTest.from_file(str(APP), default_timeout=60)
         if run is not None:
-            at.query_params["run"] = run
+            query["run"] = run
+        for key, value in query.items():
+            at.query_params[key] = value
         return at.run()
 
     return make
