@@ -38,7 +38,7 @@ def default_root() -> Path:
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
 def sha256_file(path: Path) -> str:
@@ -394,7 +394,8 @@ def list_runs(root: Path | str | None = None, probe: str | None = None, verify: 
         for run_dir in probe_dir.iterdir():
             if run_dir.is_dir() and _RUN_ID.match(run_dir.name):
                 out.append(inspect_run(run_dir, verify=verify))
-    return sorted(out, key=lambda r: r.run_id[:15], reverse=True)
+    # the id's timestamp has whole seconds; the manifest's start time breaks ties within a second
+    return sorted(out, key=lambda r: (r.run_id[:15], r.started or ""), reverse=True)
 
 
 def resolve_run(root: Path | str, ref: str) -> Path:
