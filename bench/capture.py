@@ -20,9 +20,9 @@ def _batches(model, batch: int, seq: int, n: int, seed: int = 0):
     return [{"input_ids": b, "attention_mask": torch.ones_like(b)} for b in ids]
 
 
-def capture_overhead(model) -> list[Row]:
+def capture_overhead(model, smoke: bool = False) -> list[Row]:
     """Every layer's MLP post, abs-mean reduced, vs the bare HF forward on the same batches."""
-    batches = _batches(model, 8, 128, 2)
+    batches = _batches(model, 2, 32, 1) if smoke else _batches(model, 8, 128, 2)
     sites = {Site("mlp_post", layer): [AbsMean()] for layer in range(model.info.n_layers)}
 
     def bare():
@@ -41,7 +41,7 @@ def capture_overhead(model) -> list[Row]:
     fns = {"bare": bare, "capture": ours}
     if getattr(model, "bridge", None) is not None:
         fns["tl_run_with_cache"] = tl_cache
-    t = interleaved(fns, repeats=5)
+    t = interleaved(fns, repeats=2 if smoke else 5)
     ratio = t["capture"] / t["bare"]
     rows = [Row("capture_overhead", "capture(all mlp_post, abs-mean) / bare HF forward", ratio, "<= 1.15",
                 check(ratio, "<= 1.15"), f"bare {t['bare']:.3f}s, capture {t['capture']:.3f}s")]
@@ -56,9 +56,8 @@ import json, resource, sys, torch
 from interp.models import load_model
 from interp.capture import capture, AbsMean
 from interp.sites import Site
-n_tokens = int(sys.argv[1])
-m = load_model("smollm2-135m")
-seq, batch = 256, 8
+n_tokens, name, seq, batch = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+m = load_model(name)
 def batches():  # generated lazily: the stream is never held
     g = torch.Generator().manual_seed(0)
     for _ in range(n_tokens // (seq * batch)):
@@ -74,27 +73,30 @@ print(json.dumps({"base_kb": base, "peak_kb": peak}))
 """
 
 
-def streaming_memory(_model=None) -> list[Row]:
+def streaming_memory(model=None, smoke: bool = False) -> list[Row]:
     """Peak RSS growth of an abs-mean capture over 10k vs 100k tokens (fresh processes)."""
+    name = model.info.name if model is not None else "smollm2-135m"
+    small, large, seq, batch = (512, 2048, 64, 4) if smoke else (10_240, 102_400, 256, 8)
     out = {}
-    for n in (10_240, 102_400):
-        r = subprocess.run([sys.executable, "-c", _MEM_SCRIPT, str(n)], capture_output=True, text=True, check=True)
+    for n in (small, large):
+        cmd = [sys.executable, "-c", _MEM_SCRIPT, str(n), name, str(seq), str(batch)]
+        r = subprocess.run(cmd, capture_output=True, text=True, check=True)
         out[n] = json.loads(r.stdout.strip().splitlines()[-1])
-    growth_mb = (out[102_400]["peak_kb"] - out[102_400]["base_kb"] - (out[10_240]["peak_kb"] - out[10_240]["base_kb"]))
+    growth_mb = (out[large]["peak_kb"] - out[large]["base_kb"] - (out[small]["peak_kb"] - out[small]["base_kb"]))
     growth_mb /= 1024
-    return [Row("streaming_memory", "peak RSS growth, 100k vs 10k tokens (MB)", growth_mb, "<= 100",
-                check(growth_mb, "<= 100"), json.dumps(out))]
+    return [Row("streaming_memory", f"peak RSS growth, {large:,} vs {small:,} tokens (MB)", growth_mb,
+                "<= 100", check(growth_mb, "<= 100"), json.dumps(out))]
 
 
-def batch_scaling(model) -> list[Row]:
+def batch_scaling(model, smoke: bool = False) -> list[Row]:
     """Capture tokens/s at batch 1, 4 and 16 (the curve, relative to batch 1)."""
-    seq = 128
+    seq = 8 if smoke else 128
     sites = {Site("mlp_post", layer): [AbsMean()] for layer in range(model.info.n_layers)}
     fns = {}
     for b in (1, 4, 16):
         batches = _batches(model, b, seq, max(1, 16 // b))
         fns[str(b)] = (lambda bs=batches: capture(model, bs, {s: [AbsMean()] for s in sites}))
-    t = interleaved(fns, repeats=3)
+    t = interleaved(fns, repeats=1 if smoke else 3)
     tps = {b: 16 * seq / t[b] for b in t}
     rows = [Row(f"batch_scaling_{b}", f"capture tokens/s at batch {b} / batch 1", tps[b] / tps["1"], "report", None,
                 f"{tps[b]:.0f} tok/s") for b in ("1", "4", "16")]

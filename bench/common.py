@@ -1,11 +1,17 @@
-"""Shared bits of the benchmarks: timing by interleaved repeats, a result row."""
+"""Shared bits of the benchmarks: timing by interleaved repeats, a result row, the tiny model."""
 
 from __future__ import annotations
 
+import atexit
+import math
+import shutil
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
 
 
 @dataclass
@@ -37,5 +43,35 @@ def interleaved(fns: dict[str, Callable[[], object]], repeats: int = 5, warmup: 
 def check(value: float, target: str) -> bool | None:
     if target == "report":
         return None
+    if not math.isfinite(value):
+        return False
     op, num = target.split()
     return value <= float(num) if op == "<=" else value >= float(num)
+
+
+def row(name: str, figure: str, value: float, target: str, detail: str = "") -> Row:
+    """A row whose verdict is `value` against `target`."""
+    return Row(name, figure, float(value), target, check(float(value), target), detail)
+
+
+def fmt(value: float) -> str:
+    """A figure in at most 4 significant digits (1e-05 style below 1e-3)."""
+    if not math.isfinite(value):
+        return str(value)
+    return f"{value:.2e}" if value != 0 and abs(value) < 1e-3 else f"{value:.4g}"
+
+
+def is_tiny(model) -> bool:
+    """The tiny random model of the tests (interp.testing), not a real one."""
+    return model.info.d_model <= 64
+
+
+@cache
+def tiny_model():
+    """The tests' tiny random Llama (interp.testing), built once per process in a temporary directory."""
+    from interp.models import load_model
+    from interp.testing import tiny_model_dir
+
+    tmp = Path(tempfile.mkdtemp(prefix="interp-bench-"))
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+    return load_model(str(tiny_model_dir(tmp / "tiny-llama")), device="cpu")

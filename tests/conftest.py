@@ -29,22 +29,9 @@ def model():
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A 2-layer random Llama (d_model 64) with SmolLM2's tokenizer, saved as a local model dir."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from interp.testing import tiny_model_dir
 
-    from interp.embedded import ensure_cached
-
-    src = ensure_cached("smollm2-135m")
-    tok = AutoTokenizer.from_pretrained(src)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2)
-    torch.manual_seed(0)
-    hf = LlamaForCausalLM(cfg)
-    out = tmp_path_factory.mktemp("tiny") / "tiny-llama"
-    hf.save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
+    return tiny_model_dir(tmp_path_factory.mktemp("tiny") / "tiny-llama")
 
 
 @pytest.fixture(scope="session")

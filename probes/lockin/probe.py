@@ -171,16 +171,23 @@ def across_runs(logs: dict, grid: list[RunSpec], cfg: LockinConfig) -> dict:
 
 def measure_overhead(problem: ModelProblem, sr: StiffResult, cfg: LockinConfig, steps: int) -> dict:
     """Wall time of `steps` steps of the base run (full subset, lr 1e-4) with the probes off, then on.
-    Both evaluate L_T and L_B on the same log schedule, so the ratio measures the probes alone."""
+    Both evaluate L_T and L_B on the same log schedule, so the ratio measures the probes alone; with the
+    probes on, the curvature is refreshed as the grid's runs refresh it (C_t every fisher_every steps, the
+    stiff subspace every refresh_every steps)."""
     spec = RunSpec("overhead", "full", 1e-4)
     problem.use_order(0, steps)
     log_steps = log_schedule(steps, cfg.log_every)
+    refresh = None
+    if cfg.refresh_every:
+        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + 4)  # run_grid's ctx.generator(4)
+        refresh = lambda th: stiff_directions(problem, gen, th, sr.stiff.g, sr.stiff.R).stiff  # noqa: E731
     out = {}
     for on in (False, True):
         tracker = Tracker(
             problem.theta0, sr.stiff, W=cfg.window_W, energy_frac=cfg.energy_frac, tau=cfg.tau, probes=on,
             split=problem.sl.split, fisher=problem.fisher_grads if cfg.fisher_every else None,
             fisher_every=cfg.fisher_every, heatmap_bytes=cfg.heatmap_mb << 20,
+            refresh=refresh, refresh_every=cfg.refresh_every,
         )
         stepper = AdamStepper(problem, spec, steps, cfg.warmup_frac, torch.Generator().manual_seed(0))
         out["overhead_on_s" if on else "overhead_off_s"] = train(stepper, tracker, problem.evaluate, steps, log_steps)

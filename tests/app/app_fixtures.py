@@ -15,10 +15,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.testing import APP, new_run, ref  # noqa: F401 - shared with bench/dashboard.py; re-exported here
 from interp.store import MANIFEST, sha256_file
 
 ROOT = Path(__file__).resolve().parents[2]
-APP = ROOT / "app" / "main.py"
 
 
 def selected_probes() -> set[str]:
@@ -62,15 +62,6 @@ class Runs:
     """a ref whose directory is a link to a run outside the root (never listed, never read)"""
     foreign: str = ""
     """a done run of a probe that is not registered"""
-
-
-def ref(path: Path) -> str:
-    return f"{path.parent.name}/{path.name}"
-
-
-def new_run(root: Path, probe: str, before: set[Path]) -> Path:
-    (new,) = set((root / probe).iterdir()) - before
-    return new
 
 
 def copy_run(src: Path, n: int, parent: Path | None = None) -> Path:

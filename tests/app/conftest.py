@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from app_fixtures import (
-    APP,
     DAMAGE,
     Runs,
     copy_run,
@@ -20,8 +19,10 @@ from app_fixtures import (
     selected_probes,
 )
 
+from app.testing import app_test as new_app_test
+from app.testing import micro_runs
 from interp.registry import get_probe
-from interp.runner import execute, prepare
+from interp.runner import execute
 
 
 @pytest.fixture(scope="session")
@@ -32,17 +33,9 @@ def runs(tmp_path_factory, request) -> Runs:
     root.mkdir()
     outside.mkdir()
     out = Runs(root)
-    for name in sorted(selected_probes()):
-        spec, cfg = prepare(name, {"size": "micro"})
-        model = request.getfixturevalue("model") if cfg.model == "smollm2-135m" else None
-        before = set((root / name).iterdir()) if (root / name).is_dir() else set()
-        try:
-            out.done[name] = ref(execute(spec, cfg, out=root, model=model, progress=False))
-        except Exception as e:  # noqa: BLE001 - recorded in the run; the page tests report it
-            if type(e).__name__ == "_Terminated":  # the runner's SIGTERM: stop the session, not just this run
-                raise
-            out.errors[name] = f"{type(e).__name__}: {e}"
-            out.done[name] = ref(new_run(root, name, before))
+    model_for = lambda name: request.getfixturevalue("model") if name == "smollm2-135m" else None
+    done, out.errors = micro_runs(root, selected_probes(), model_for=model_for)
+    out.done = {name: ref(path) for name, path in done.items()}
 
     src = root / out.done["logit_lens"]
     # built without prepare(): its pre-load check would refuse the prompt; the probe's own check fails the run
@@ -79,15 +72,8 @@ def runs(tmp_path_factory, request) -> Runs:
 def app_test(monkeypatch):
     """app_test(root, run=None, **query): the dashboard run once under AppTest with INTERP_OUT=root (and
     ?run=, or other query parameters such as sweep=)."""
-    from streamlit.testing.v1 import AppTest
-
-    def make(root: Path, run: str | None = None, **query: str) -> AppTest:
+    def make(root: Path, run: str | None = None, **query: str):
         monkeypatch.setenv("INTERP_OUT", str(root))
-        at = AppTest.from_file(str(APP), default_timeout=60)
-        if run is not None:
-            query["run"] = run
-        for key, value in query.items():
-            at.query_params[key] = value
-        return at.run()
+        return new_app_test(run, **query).run()
 
     return make
