@@ -152,18 +152,47 @@ def _float_equal(a, b, path=""):
         assert a == b, f"{path}: tl {a!r} vs nnsight {b!r}"
 
 
-def _probes_on_both_backends():
-    """Probes whose needs the nnsight backend meets and whose parity has been verified.
-
-    Probes land here once their micro metrics were shown equal on both backends; the others
-    are listed in the nnsight issue's note (their parity is not yet verified).
-    """
-    from interp.registry import probes_available
+def _needs(probe: str) -> list[str]:
+    """What probe `probe` declares it needs that the nnsight backend lacks."""
+    from interp.registry import get_probe
     from interp.sites import CAPABILITIES
 
-    verified = {"logit_lens"}
-    return [name for name, spec in probes_available().items()
-            if name in verified and all(need in CAPABILITIES["nnsight"] for need in spec.config_cls.REQUIRES)]
+    return [need for need in get_probe(probe).config_cls.REQUIRES if need not in CAPABILITIES["nnsight"]]
+
+
+def _probes_on_both_backends() -> list[str]:
+    """Every probe whose declared needs the nnsight backend meets: its micro metrics must be equal on both.
+
+    A new probe lands here by default; one that needs what nnsight lacks declares it in its config's
+    REQUIRES (and is then refused before its model loads, see the test below).
+    """
+    from interp.registry import probes_available
+
+    return [name for name in probes_available() if not _needs(name)]
+
+
+def _probes_refused() -> list[str]:
+    from interp.registry import probes_available
+
+    return [name for name in probes_available() if _needs(name)]
+
+
+@pytest.mark.parametrize("probe", _probes_refused())
+def test_probe_needing_more_is_refused_before_load(probe):
+    """`--set backend=nnsight` on a probe that needs what nnsight lacks fails in prepare(), naming it all."""
+    from interp.runner import prepare
+
+    with pytest.raises(ConfigError) as e:
+        prepare(probe, {"backend": "nnsight", "size": "micro"})
+    msg = str(e.value)
+    assert probe in msg and "nnsight" in msg and all(need in msg for need in _needs(probe)), msg
+
+
+def test_which_probes_run_on_nnsight():
+    """The split this file tests: every probe but the two that read rotary q/k or edit attention patterns."""
+    assert set(_probes_refused()) == {"keystone", "graph_sawtooth"}, _probes_refused()
+    assert {"logit_lens", "atoms", "sae_falsification", "self_interp", "conversational_inertia",
+            "lockin"} <= set(_probes_on_both_backends())
 
 
 @pytest.mark.parametrize("probe", _probes_on_both_backends())
