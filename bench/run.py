@@ -54,6 +54,7 @@ BENCHMARKS = {
     "lockin": _lazy("lockin", "lockin_probes"),
     "sae": _lazy("sae", "sae_training"),
     "dashboard": _lazy("dashboard", "dashboard"),
+    "backend_capture": _lazy("backends", "backend_capture"),
     "gpu": _lazy("gpu", "gpu"),
 }
 
