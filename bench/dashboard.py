@@ -6,7 +6,9 @@ fresh artifacts root holding one done run per probe; the figure is the median of
 `st.cache_data.clear()` (a first visit: the run's artifacts are read, the figures built), once the app's
 imports are warm (one render of the Runs page first, not counted).
 
-The runs are each probe's `micro` run on the embedded model, made with the app tests' own helper
+The runs are the demo artifacts (the newest done run of each probe under the default artifacts root, what
+`make demo` leaves there); for a probe without one, its `micro` run on the embedded model, made with the app
+tests' own helper
 (`app.testing.micro_runs`) the first time and kept under $INTERP_BENCH_RUNS (default
 <INTERP_CACHE or ~/.cache/interp>/bench-runs) for later benchmarks; any done run of a probe already there is
 used (the newest, micro size preferred), so pointing $INTERP_BENCH_RUNS at a `make demo` root renders those.
@@ -29,7 +31,7 @@ from pathlib import Path
 from app.testing import app_test, micro_runs, ref
 from interp.embedded import cache_root
 from interp.registry import probes_available
-from interp.store import list_runs
+from interp.store import default_root, list_runs
 
 from .common import Row, row
 
@@ -113,7 +115,9 @@ def dashboard(model, smoke: bool = False) -> list[Row]:
             note = f"logit_lens micro run on {Path(model.info.name).name}"
         else:
             source, names = runs_root(), list(probes_available())
-            have = pick_runs(source, names)
+            demo = default_root()  # the issue's "demo artifacts": what `make demo` left there, if anything
+            have = pick_runs(demo, names) if demo.is_dir() else {}
+            have.update(pick_runs(source, [n for n in names if n not in have]))
             missing = [n for n in names if n not in have]
             errors = {}
             if missing:
@@ -122,12 +126,12 @@ def dashboard(model, smoke: bool = False) -> list[Row]:
                 _, errors = micro_runs(source, missing, model_for=shared)
                 print(f"... made micro runs of {', '.join(missing)} under {source} in "
                       f"{time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
-                have = pick_runs(source, names)
+                have.update(pick_runs(source, missing))
             pages = {}
             for name, path in have.items():
                 shutil.copytree(path, root / name / path.name)
                 pages[name] = ref(root / name / path.name)
-            note = f"runs from {source}"
+            note = "runs from " + ", ".join(sorted({str(p.parent.parent) for p in have.values()}))
         repeats = 1 if smoke else REPEATS
         rows = []
         with _interp_out(root), _quiet_streamlit():
