@@ -263,6 +263,14 @@ def show_status(status: str, error: str | None = None) -> None:
     box(body)
 
 
+def optional_table(run: Run, name: str) -> pd.DataFrame | None:
+    """The run's table `name`, or None when the run has no such (readable) table."""
+    try:
+        return run.table(name)
+    except InterpError:
+        return None
+
+
 def fmt_value(v: Any) -> str:
     """A metric as a short string: 4 significant digits, quoted strings (tokens), sizes of lists."""
     if v is None:

@@ -7,7 +7,6 @@ import streamlit as st
 
 from app import common
 from app.figures import atoms as F
-from interp.errors import InterpError
 from interp.store import Run
 
 QUESTION = (
@@ -15,13 +14,6 @@ QUESTION = (
     "and which units qualify as atoms there: neurons, SAE features, or a threshold SAE trained in that geometry?"
 )
 METHOD = "https://arxiv.org/abs/2509.20784"
-
-
-def _table(run: Run, name: str):
-    try:
-        return run.table(name)
-    except InterpError:
-        return None
 
 
 def render(run: Run) -> None:
@@ -40,7 +32,7 @@ def render(run: Run) -> None:
                f"{common.fmt_value(m.get('saelens_max_rel_err'))}).")
 
     st.subheader("Representation shift")
-    angles, spectrum = _table(run, "angles"), _table(run, "spectrum")
+    angles, spectrum = common.optional_table(run, "angles"), common.optional_table(run, "spectrum")
     if angles is not None and len(angles):
         hooks = list(dict.fromkeys(angles["hook"]))
         hook = st.selectbox("Site", hooks, key=f"atoms.site:{run.path.name}")
@@ -52,21 +44,21 @@ def render(run: Run) -> None:
             st.plotly_chart(F.spectrum_figure(spectrum, hook, kind), key="atoms.spectrum")
 
     st.subheader("Units: faithfulness and stability")
-    units = _table(run, "units")
+    units = common.optional_table(run, "units")
     if units is not None and len(units):
         st.plotly_chart(F.units_bars(units), key="atoms.units")
         st.dataframe(F.units_table(units))
         st.caption("q* is never meaningful without L0: with K ≤ 1 the uniqueness condition holds trivially. "
                    "Coherence is local (over co-active units, decoder rows at unit AIP norm): a global bound "
                    "cannot hold for an overcomplete dictionary (Welch bound).")
-    support, curve = _table(run, "support_stats"), _table(run, "q_curve")
+    support, curve = common.optional_table(run, "support_stats"), common.optional_table(run, "q_curve")
     if support is not None and len(support):
         st.plotly_chart(F.support_scatter(support), key="atoms.support")
         st.plotly_chart(F.coherence_histogram(support), key="atoms.coherence")
     if curve is not None and units is not None and len(curve):
         st.plotly_chart(F.q_curves(curve, units), key="atoms.qcurve")
 
-    grid = _table(run, "grid")
+    grid = common.optional_table(run, "grid")
     if grid is not None and len(grid):
         st.subheader("Capacity × data")
         view = st.radio("Show", list(F.GRID_VIEWS), format_func=F.GRID_VIEWS.get, horizontal=True,
@@ -75,7 +67,7 @@ def render(run: Run) -> None:
         st.caption("A dictionary with d close to n can memorise its training set: always read held-out R² "
                    "and the gap together.")
 
-    synth = _table(run, "synthetic")
+    synth = common.optional_table(run, "synthetic")
     if synth is not None and len(synth):
         st.subheader("Synthetic ground truth (known atoms)")
         st.dataframe(F.synthetic_table(synth))
@@ -87,12 +79,12 @@ def render(run: Run) -> None:
 
 
 def atom_pages(run: Run) -> None:
-    contexts = _table(run, "tsae_top_contexts")
+    contexts = common.optional_table(run, "tsae_top_contexts")
     if contexts is None or not len(contexts):
         return
     st.subheader("TSAE atoms")
     latents = sorted(set(contexts["latent"]))
-    stats = _table(run, "tsae_latents")
+    stats = common.optional_table(run, "tsae_latents")
     lat = st.selectbox("Latent (most frequent on held-out tokens)", latents, key=f"atoms.latent:{run.path.name}")
     if stats is not None:
         row = stats[stats["latent"] == lat]
@@ -106,10 +98,10 @@ def atom_pages(run: Run) -> None:
         for _, r in contexts[contexts["latent"] == lat].sort_values("rank").iterrows():
             st.markdown(F.context_html(r), unsafe_allow_html=True)
     with right:
-        acts = _table(run, "tsae_acts")
+        acts = common.optional_table(run, "tsae_acts")
         if acts is not None:
             st.plotly_chart(F.activation_histogram(acts, lat), key="atoms.acts")
-    logits, neighbors = _table(run, "tsae_logits"), _table(run, "tsae_neighbors")
+    logits, neighbors = common.optional_table(run, "tsae_logits"), common.optional_table(run, "tsae_neighbors")
     a, b = st.columns(2)
     if logits is not None:
         sub = logits[logits["latent"] == lat]

@@ -20,13 +20,6 @@ QUESTION = (
 METHOD = "https://arxiv.org/abs/2601.05679"
 
 
-def _table(run: Run, name: str) -> pd.DataFrame | None:
-    try:
-        return run.table(name)
-    except InterpError:
-        return None
-
-
 def render(run: Run) -> None:
     common.intro(QUESTION, METHOD, run)
     m = run.metrics
@@ -43,7 +36,7 @@ def render(run: Run) -> None:
                f"{common.fmt_value(m.get('sae_dead_frac'))}. Generator `{m.get('generator_backend')}`, template share "
                f"{common.fmt_value(m.get('template_share'))}.")
 
-    features = _table(run, "features")
+    features = common.optional_table(run, "features")
     if features is None or not len(features):
         st.info("This run kept no candidate features.")
         return
@@ -81,7 +74,7 @@ def feature_page(run: Run, features: pd.DataFrame) -> None:
                 f"entropy {row['entropy']:.2f}; class **{row.get('class') or 'not analysed'}**"
                 + (f"; hypothesis: _{hyp}_" if isinstance(hyp, str) and hyp else ""))
 
-    contexts = _table(run, "top_contexts")
+    contexts = common.optional_table(run, "top_contexts")
     if contexts is not None and len(contexts):
         sub = contexts[contexts["feature"] == f]
         vmax = float(sub["max_act"].max()) if len(sub) else None
@@ -98,12 +91,12 @@ def feature_page(run: Run, features: pd.DataFrame) -> None:
         a, b = st.columns(2)
         a.plotly_chart(F.activation_histogram(np.asarray(maxes["reasoning"])[:, f],
                                               np.asarray(maxes["nonreasoning"])[:, f], f), key="sf.hist")
-        fam = _table(run, "family_acts")
+        fam = common.optional_table(run, "family_acts")
         if fam is not None and len(fam):
             b.plotly_chart(F.family_bars(fam, f), key="sf.family")
     except (InterpError, KeyError, IndexError):
         pass
-    toks, grams = _table(run, "token_analysis"), _table(run, "ngrams")
+    toks, grams = common.optional_table(run, "token_analysis"), common.optional_table(run, "ngrams")
     a, b = st.columns(2)
     if toks is not None:
         a.markdown("**Top tokens** (mean activation, >= 5 occurrences)")
@@ -112,7 +105,7 @@ def feature_page(run: Run, features: pd.DataFrame) -> None:
         b.markdown("**Top n-grams** around the top tokens")
         b.dataframe(F.ngram_table(grams, f), key="sf.ngrams")
 
-    inj, ctrl = _table(run, "injection"), _table(run, "control_tokens")
+    inj, ctrl = common.optional_table(run, "injection"), common.optional_table(run, "control_tokens")
     if inj is not None and (inj["feature"] == f).any():
         st.plotly_chart(F.injection_bars(inj, f), key="sf.injection")
         if ctrl is not None:
@@ -120,7 +113,7 @@ def feature_page(run: Run, features: pd.DataFrame) -> None:
             st.dataframe(ctrl[ctrl["feature"] == f].drop(columns=["feature"]).reset_index(drop=True),
                          key="sf.control")
 
-    cand = _table(run, "candidates")
+    cand = common.optional_table(run, "candidates")
     if cand is not None and (cand["feature"] == f).any():
         st.markdown(f"**Counterexample loop**: {int(row['n_valid_fp'])} valid false positives, "
                     f"{int(row['n_valid_fn'])} valid false negatives in {int(row['iterations'])} iteration(s); "
@@ -133,7 +126,7 @@ def feature_page(run: Run, features: pd.DataFrame) -> None:
 
 
 def steering_section(run: Run) -> None:
-    steering = _table(run, "steering")
+    steering = common.optional_table(run, "steering")
     if steering is None or not len(steering):
         return
     st.subheader("Steering")
