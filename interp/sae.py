@@ -99,6 +99,11 @@ class SAETrainConfig:
     """Initial threshold (the threshold is parametrised as log theta, so it stays positive)."""
     threshold_lr_scale: float = 1.0
     """Learning-rate multiplier of log theta (Adam moves it by about lr per step)."""
+    init_sparsity: Literal["fixed", "data"] = "fixed"
+    """fixed: JumpReLU thresholds start at `jumprelu_init_threshold`, encoder biases at 0. data: each latent's
+    threshold (jumprelu) or negated encoder bias (standard) starts at the quantile of its pre-activations on the
+    first batch where it fires on target_l0 / d_sae of the tokens, so training starts at the target L0 instead
+    of having to move log theta by ~lr per step towards it."""
     resample_every: int = 0
     """Every this many steps, re-initialise latents that did not fire since the last time (0: never)."""
     resample_until: float = 0.5
@@ -141,6 +146,8 @@ class SAETrainConfig:
             raise ConfigError("jumprelu_bandwidth", self.jumprelu_bandwidth, "positive bandwidth and threshold")
         if not 0 < self.calib_tol < 1:
             raise ConfigError("calib_tol", self.calib_tol, "a value in (0, 1)")
+        if self.init_sparsity == "data" and self.trainer != "toolkit":
+            raise ConfigError("init_sparsity", self.init_sparsity, '"fixed" with trainer="saelens"')
         if self.resample_every < 0:
             raise ConfigError("resample_every", self.resample_every, "0 (off) or a positive step count")
         if not 0 <= self.resample_until <= 1 or not 0 <= self.resample_below <= 1:
@@ -152,6 +159,8 @@ class SAETrainConfig:
         if not self.aux_k:  # configs without AuxK keep the cache keys they had before it existed
             for name in ("aux_k", "aux_coeff", "aux_dead_tokens"):
                 d.pop(name)
+        if self.init_sparsity == "fixed":  # likewise for the data-based threshold initialisation
+            d.pop("init_sparsity")
         if not self.resample_every:  # likewise for resampling
             for name in ("resample_every", "resample_until", "resample_below"):
                 d.pop(name)
@@ -421,6 +430,22 @@ class _ToolkitSAE(torch.nn.Module):
                                  c.architecture, c.k, c.jumprelu_bandwidth, sparse_below)
 
     @torch.no_grad()
+    def init_sparsity_from(self, x: Float[Tensor, "tok d_in"], idx: Tensor | None = None) -> None:
+        """Per-latent start of the gate from data (init_sparsity="data"): the (1 - target_l0 / d_sae) quantile
+        of each latent's pre-activation on `x` becomes its threshold (jumprelu) or -b_enc (standard)."""
+        c = self.cfg
+        if c.init_sparsity != "data" or c.architecture == "topk" or not c.target_l0:
+            return
+        idx = torch.arange(c.d_sae, device=x.device) if idx is None else idx
+        pre = (x - self.b_dec) @ self.W_enc[:, idx]  # (tok, len(idx)), b_enc excluded
+        rank = max(1, min(pre.shape[0], math.ceil((1.0 - min(1.0, c.target_l0 / c.d_sae)) * pre.shape[0])))
+        level = pre.kthvalue(rank, dim=0).values
+        if c.architecture == "jumprelu":
+            self.log_threshold[idx] = level.clamp_min(c.jumprelu_bandwidth).log()
+        else:
+            self.b_enc[idx] = -level
+
+    @torch.no_grad()
     def renorm(self) -> None:
         self.W_dec /= self.W_dec.norm(dim=-1, keepdim=True).clamp_min(1e-12)
 
@@ -445,6 +470,7 @@ class _ToolkitSAE(torch.nn.Module):
         self.W_enc[:, idx] = dirs.T
         self.b_enc[idx] = 0
         self.log_threshold[idx] = math.log(self.cfg.jumprelu_init_threshold)
+        self.init_sparsity_from(residual + self.b_dec, idx)
         for p, rows in ((self.W_dec, (idx,)), (self.W_enc, (slice(None), idx)), (self.b_enc, (idx,)),
                         (self.log_threshold, (idx,))):
             state = opt.state.get(p, {})
@@ -537,6 +563,8 @@ def _train_toolkit(
     mean = x.mean(0)
     b_dec = mean if cfg.init_b_dec == "mean" else torch.zeros_like(mean)
     sae = _ToolkitSAE(d_in, cfg, b_dec, gen, x.device, x.dtype, x=x)
+    if cfg.init_sparsity == "data":  # (no draw otherwise: fixed-init runs keep their random stream)
+        sae.init_sparsity_from(x[torch.randperm(n, generator=gen)[: min(n, max(cfg.batch, 4096))].to(x.device)])
     norm = float((x.double() ** 2).sum(-1).mean())  # E||x||^2, the reconstruction normaliser
     groups: list[dict[str, Any]] = [{"params": [sae.W_enc, sae.b_enc, sae.W_dec, sae.b_dec], "lr_scale": 1.0}]
     if cfg.architecture == "jumprelu":

@@ -70,8 +70,14 @@ class AtomsConfig(ProbeConfig):
     """Training steps of the TSAE and the SAE."""
     batch: int = 1024
     """Tokens per training step."""
-    lr: float = 5e-4
-    """Adam learning rate (cosine decay)."""
+    lr: float = 2e-3
+    """Adam learning rate (cosine decay). The spec's 5e-4 leaves both dictionaries far from converged in 800 steps
+    on smollm2-135m (held-out R²_AIP 0.22 for the TSAE, R²_Euclid 0.01 for the SAE); 2e-3 with data-started
+    gates reaches 0.45 and 0.73."""
+    init_sparsity: Literal["fixed", "data"] = "data"
+    """How the gates start (interp.sae's init_sparsity): data puts each latent's JumpReLU threshold, or the SAE's
+    encoder bias, where it fires on target_l0 / d_sae of the first batch; fixed is the spec's threshold 0.5 and
+    bias 0, under which a third of the tokens end with no active latent."""
     jumprelu_bandwidth: float = 0.05
     """Width of JumpReLU's straight-through window, in whitened units."""
     threshold_lr_scale: float = 1.0

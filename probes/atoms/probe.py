@@ -235,7 +235,7 @@ def train_units(model, site: Site, train: Tensor, w, cfg: AtomsConfig, meta: dic
     H = train.shape[1]
     d_sae = int(round(cfg.d_sae_mult * H))
     base = dict(d_sae=d_sae, steps=cfg.steps, batch=cfg.batch, lr=cfg.lr, target_l0=cfg.target_l0,
-                calib_tokens=cfg.l0_calib_tokens, seed=cfg.seed)
+                calib_tokens=cfg.l0_calib_tokens, init_sparsity=cfg.init_sparsity, seed=cfg.seed)
     tcfg = SAETrainConfig(architecture="jumprelu", jumprelu_bandwidth=cfg.jumprelu_bandwidth,
                           threshold_lr_scale=cfg.threshold_lr_scale, **base)
     scfg = SAETrainConfig(architecture="standard", **base)
@@ -354,7 +354,7 @@ def capacity_grid(train: Tensor, held: Tensor, metric: Metric, w, cfg: AtomsConf
             d_sae = max(1, int(round(d_mult * H)))
             gcfg = SAETrainConfig(architecture="jumprelu", d_sae=d_sae, steps=cfg.grid_steps, batch=cfg.grid_batch,
                                   lr=cfg.lr, target_l0=cfg.target_l0, jumprelu_bandwidth=cfg.jumprelu_bandwidth,
-                                  threshold_lr_scale=cfg.threshold_lr_scale,
+                                  threshold_lr_scale=cfg.threshold_lr_scale, init_sparsity=cfg.init_sparsity,
                                   calib_tokens=min(cfg.l0_calib_tokens, n), seed=cfg.seed)
             t0 = time.perf_counter()
             cell = train_sae(cell_train, gcfg, transform=transform)

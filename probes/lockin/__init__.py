@@ -28,6 +28,9 @@ class LockinConfig(ProbeConfig):
     """Trainable slice: the MLP (gate/up/down) of the last block; everything else is frozen."""
     cache_inputs: bool = True
     """Cache the residual entering the slice (resid_mid of the last block) once; false recomputes it."""
+    train_unembed: Literal["auto", "float32", "bfloat16"] = "auto"
+    """Dtype of the unembedding matmul in training steps (float32 accumulation and loss either way; evaluation,
+    curvature and every check stay float32). auto: bfloat16 on CUDA or a CPU with native bf16, else float32."""
     grid: Literal["smoke", "full", "quick", "micro"] = "smoke"
     """Run grid: smoke (7 runs, CPU), full (GPU, 2 seeds), quick (3 runs), micro (2 runs)."""
     steps: int = 150

@@ -42,7 +42,7 @@ class ModelProblem:
         self.model, self.cfg = model, cfg
         if any(p.requires_grad for p in model.hf.parameters()):  # the cache is exact only if nothing below moves
             raise InterpError("lockin: the model has trainable parameters; cached slice inputs need it frozen")
-        self.sl = Slice(model)
+        self.sl = Slice(model, train_unembed=cfg.train_unembed)
         self.theta0 = self.sl.theta0
         self.P = self.sl.P
         L = self.sl.layer

@@ -46,7 +46,7 @@ class Positions:
 class Slice:
     """theta (P,) -> logits at cached positions, for the MLP of block `layer` (default: the last)."""
 
-    def __init__(self, model, layer: int | None = None):
+    def __init__(self, model, layer: int | None = None, train_unembed: str = "float32"):
         self.model = model
         self.layer = model.info.n_layers - 1 if layer is None else layer
         block = model.layer_module(self.layer)
@@ -61,6 +61,8 @@ class Slice:
             self.theta0 = torch.cat([params[n].detach().reshape(-1).float() for n in self.names]).clone()
         self.W_U = model.unembed_weight.detach()
         self.final = _final_norm(model.hf)
+        self.train_dtype = train_dtype(train_unembed, self.W_U.device)
+        self.W_U_train = self.W_U.to(self.train_dtype) if self.train_dtype != self.W_U.dtype else self.W_U
 
     def to(self, dtype: torch.dtype) -> "Slice":
         """A copy of the slice function in `dtype` (e.g. float64 for checks); the model is untouched."""
@@ -69,6 +71,7 @@ class Slice:
         out.mlp = out.block.mlp
         out.final = copy.deepcopy(self.final).to(dtype)
         out.W_U = self.W_U.to(dtype)
+        out.train_dtype, out.W_U_train = dtype, out.W_U
         out.theta0 = self.theta0.to(dtype)
         return out
 
@@ -104,6 +107,12 @@ class Slice:
         """Mean next-token cross-entropy over the batch's positions."""
         return torch.nn.functional.cross_entropy(self.logits(theta, batch.resid), batch.targets)
 
+    def train_loss(self, theta: Tensor, batch: Positions) -> Tensor:
+        """The training steps' loss: `loss` with the unembedding matmul in `train_dtype` (its backward too)."""
+        h = self.hidden(theta, batch.resid)
+        z = h.to(self.train_dtype) @ self.W_U_train.T
+        return torch.nn.functional.cross_entropy(z.float(), batch.targets)
+
     def token_losses(self, theta: Tensor, batch: Positions) -> Float[Tensor, " n"]:
         return torch.nn.functional.cross_entropy(self.logits(theta, batch.resid), batch.targets, reduction="none")
 
@@ -120,6 +129,17 @@ class Slice:
         loss = self.loss(th, batch)
         (g,) = torch.autograd.grad(loss, th)
         return float(loss.detach()), g
+
+
+def train_dtype(choice: str, device: torch.device) -> torch.dtype:
+    """bfloat16 where the unembedding matmul runs natively in it (CUDA, CPUs with AVX512-BF16/AMX), else float32."""
+    if choice != "auto":
+        return getattr(torch, choice)
+    if device.type == "cuda":
+        return torch.bfloat16
+    mkldnn = torch.backends.mkldnn.is_available()
+    native = device.type == "cpu" and mkldnn and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    return torch.bfloat16 if native else torch.float32
 
 
 # ============================================================================= caching

@@ -165,7 +165,7 @@ class AdamStepper:
     def step(self, t: int) -> float:
         self.opt.zero_grad(set_to_none=True)
         theta = self._theta()
-        loss = self.p.sl.loss(theta, self.p.batch(t))
+        loss = self.p.sl.train_loss(theta, self.p.batch(t))
         if self.spec.l2_init:
             loss = loss + 0.5 * self.spec.l2_init * (theta - self.p.theta0).square().sum()
         loss.backward()

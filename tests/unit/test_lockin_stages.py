@@ -236,6 +236,25 @@ def test_cached_slice_reproduces_the_full_forward(tiny_model, tiny_problem):
     assert err <= 1e-4, f"cached path differs from the full forward by {err:.2e}"
 
 
+def test_bf16_training_loss_tracks_float32_and_evaluation_stays_float32(tiny_model):
+    from probes.lockin.slice import Positions, Slice, train_dtype
+
+    assert train_dtype("float32", torch.device("cpu")) == torch.float32
+    assert train_dtype("auto", torch.device("cuda")) == torch.bfloat16
+    f32, b16 = Slice(tiny_model, train_unembed="float32"), Slice(tiny_model, train_unembed="bfloat16")
+    g = torch.Generator().manual_seed(0)
+    batch = Positions(torch.randn(64, f32.W_U.shape[1], generator=g), torch.randint(0, f32.W_U.shape[0], (64,)))
+    grads = []
+    for sl in (f32, b16):
+        th = sl.theta0.clone().requires_grad_(True)
+        loss = sl.train_loss(th, batch)
+        grads.append(torch.autograd.grad(loss, th)[0])
+        assert loss.dtype == torch.float32
+    rel = float((grads[0] - grads[1]).norm() / grads[0].norm())
+    assert 0 < rel < 0.02, f"bf16 gradient differs from float32 by {rel:.3g}"
+    assert b16.eval_loss(b16.theta0, batch) == f32.eval_loss(f32.theta0, batch)  # evaluation is float32 in both
+
+
 def test_curvature_operators_are_symmetric_psd_and_match_explicit_forms(tiny_problem):
     from probes.lockin.curvature import curvature_operator, hvp_fd_rel_err
 

@@ -117,6 +117,25 @@ def test_l0_controller_moves_coefficient_towards_target():
 
 
 @pytest.mark.parametrize("arch", ["jumprelu", "standard"])
+def test_data_started_gates_begin_at_the_target_l0(arch):
+    """init_sparsity="data": the first steps' L0 is near target_l0 (fixed gates start far from it); fixed-gate
+    configs keep their cache keys; the SAELens trainer refuses it."""
+    g = torch.Generator().manual_seed(1)
+    x = sparse_data(n=4000, d_in=32, n_atoms=256, k=3) * (1 + 4 * torch.rand(4000, 1, generator=g))
+    kw = dict(d_sae=256, steps=40, target_l0=3.0, lr=3e-3, calibrate_l0=False, controller_every=5)
+    first = {}
+    for init in ("fixed", "data"):
+        sae = train_sae(x, small_cfg(arch, init_sparsity=init, **kw))
+        first[init] = sae.cfg.metadata.interp_training["history"][0]["l0_ema"]
+    assert abs(first["data"] - 3.0) < 1.5, first
+    assert abs(first["fixed"] - 3.0) > 2 * abs(first["data"] - 3.0), first
+    assert "init_sparsity" not in small_cfg(arch).key()
+    assert small_cfg(arch, init_sparsity="data").key()["init_sparsity"] == "data"
+    with pytest.raises(ConfigError, match="init_sparsity"):
+        small_cfg(arch, init_sparsity="data", trainer="saelens").validate()
+
+
+@pytest.mark.parametrize("arch", ["jumprelu", "standard"])
 def test_calibrate_l0_folds_one_scalar(arch):
     torch.manual_seed(1)
     H, d = 8, 64
