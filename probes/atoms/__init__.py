@@ -116,10 +116,11 @@ class AtomsConfig(ProbeConfig):
     """Synthetic training samples (plus a held-out tenth)."""
     synth_steps: int = 2000
     """Training steps of each synthetic TSAE."""
-    synth_lr: float = 2e-3
-    """Adam learning rate of the synthetic TSAEs (with data-initialised decoders, threshold 3 whitened units and
-    dead-latent resampling every `synth_resample_every` steps over the first half)."""
-    synth_resample_every: int = 100
+    synth_lr: float = 3e-3
+    """Adam learning rate of the synthetic TSAEs (with data-initialised decoders, data-started thresholds when
+    init_sparsity="data", else 3 whitened units, and dead-latent resampling every `synth_resample_every` steps
+    over the first half)."""
+    synth_resample_every: int = 50
     """Steps between dead-latent resampling in the synthetic TSAEs (0: off). With d_sae = N*, every dead latent
     is a missed atom."""
     synth_d_fracs: tuple[float, ...] = (0.25, 1.0)

@@ -403,6 +403,7 @@ def synthetic_check(cfg: AtomsConfig, ctx: RunContext) -> tuple[pd.DataFrame, di
                                   lr=cfg.synth_lr, target_l0=float(cfg.synth_k),
                                   jumprelu_bandwidth=cfg.jumprelu_bandwidth, jumprelu_init_threshold=3.0,
                                   threshold_lr_scale=cfg.threshold_lr_scale, init_decoder="data",
+                                  init_sparsity=cfg.init_sparsity,
                                   resample_every=cfg.synth_resample_every, resample_below=1e-3,
                                   calib_tokens=min(cfg.l0_calib_tokens, n), seed=cfg.seed)
             t0 = time.perf_counter()

@@ -26,7 +26,7 @@ class LoopFeature:
     feature: int
     rank: int
     forced: bool
-    """Not context-dependent: taken because no context-dependent feature was left (lowest injection d)."""
+    """Not context-dependent: taken because fewer than loop_max_features were (lowest injection d first)."""
     tau_ref: float
     top_ids: list[int]
     top_strs: list[str]

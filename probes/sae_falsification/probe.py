@@ -335,15 +335,21 @@ def word_start_fn(tok):
 # ============================================================================= 6. counterexamples
 
 
+def _falsified_pool(loop_rows: pd.DataFrame) -> pd.DataFrame:
+    analysed = loop_rows[loop_rows.loop_status == "analysed"]
+    return analysed if len(analysed) else loop_rows
+
+
 def counterexamples(cfg, ctx: RunContext, model, sae, site, samples, det_samples, maxes, labels, scan, tokens,
                     per_feature, analysed, det):
-    """The loop on up to `loop_max_features` context-dependent analysed features (rank order), or, with none,
-    on the analysed features with the lowest best injection d (flagged forced)."""
+    """The loop on up to `loop_max_features` analysed features: the context-dependent ones first (rank order),
+    then, while fewer than that remain, the other analysed features with the lowest best injection d (flagged
+    forced). The spec's acceptance runs 3 features x 3 iterations; with one context-dependent feature the loop
+    would otherwise analyse one."""
     decode = decoder(model)
     ctx_dep = [f for f in analysed if per_feature[f]["class"] == "context_dependent"]
-    forced = not ctx_dep
-    pool = ctx_dep if ctx_dep else sorted(analysed, key=lambda f: (per_feature[f]["best_d"], f))
-    chosen = pool[: cfg.loop_max_features]
+    rest = sorted((f for f in analysed if f not in ctx_dep), key=lambda f: (per_feature[f]["best_d"], f))
+    chosen = (ctx_dep + rest)[: cfg.loop_max_features]
     r_idx = np.flatnonzero(labels == 1)
     ranks = det.set_index("feature")["rank"]
     feats = []
@@ -363,7 +369,8 @@ def counterexamples(cfg, ctx: RunContext, model, sae, site, samples, det_samples
         ngram_texts = ["".join(decode(t) for t in g) for kind in ("trigram", "bigram_before", "frequent_bigram")
                        for g, _ in ft.ngrams.get(kind, [])[:3]]
         feats.append(LoopFeature(
-            feature=f, rank=int(ranks[f]), forced=forced, tau_ref=float(maxes[order, f].max()) if len(order) else 0.0,
+            feature=f, rank=int(ranks[f]), forced=f not in ctx_dep,
+            tau_ref=float(maxes[order, f].max()) if len(order) else 0.0,
             top_ids=list(ft.top), top_strs=[decode(t) for t in ft.top], ngram_texts=ngram_texts, examples=examples,
             sources=[det_samples[s].text for s in order if maxes[s, f] > 0] or [det_samples[order[0]].text],
             best_d=per_feature[f]["best_d"], cls=per_feature[f]["class"]))
@@ -483,7 +490,9 @@ def summarize(cfg, det, candidates, unfiltered, features, loop, oracles, violati
         "injection_position_violations": int(violations),
         "n_loop_features": len(loop_rows),
         "loop_forced": bool(len(loop_rows) and (loop_rows.loop_status == "forced").all()),
-        "frac_falsified": float(loop_rows.falsified.mean()) if len(loop_rows) else None,
+        # over the context-dependent features the loop reached; forced fill-ups count only when none was
+        "frac_falsified": float(_falsified_pool(loop_rows).falsified.mean()) if len(loop_rows) else None,
+        "frac_falsified_all_looped": float(loop_rows.falsified.mean()) if len(loop_rows) else None,
         "n_genuine": int(features.genuine.sum()) if len(features) else 0,
         "n_unresolved": int((features.loop_status == "not_reached").sum()) if len(features) else 0,
         "generator_backend": generator,
