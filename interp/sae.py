@@ -505,16 +505,15 @@ class TrainLog:
     """step, lr, coeff, l0_ema, rec (normalised reconstruction loss) every controller period."""
 
 
-def _aux_step(sae: _ToolkitSAE, xb: Tensor, x_hat: Tensor, since_fired: Tensor, cfg: SAETrainConfig
+def _aux_step(sae: _ToolkitSAE, xb: Tensor, x_hat: Tensor, fired: Tensor, since_fired: Tensor, cfg: SAETrainConfig
               ) -> tuple[float, float]:
     """AuxK (Gao et al. 2024): the top `aux_k` dead latents reconstruct the residual error e = x - x_hat;
     loss aux_coeff * ||e_hat - e||^2 / ||e||^2, its gradients added to those of the main loss.
 
-    Called after the main backward: a latent fired in this batch iff its decoder row got a gradient (the codes
-    are zero elsewhere). Returns (aux loss, dead fraction).
+    Called after the main backward with `fired`, the batch's per-latent firing counts from the forward.
+    Returns (aux loss, dead fraction).
     """
-    fired = sae.W_dec.grad.abs().amax(-1) > 0
-    since_fired.add_(xb.shape[0]).masked_fill_(fired, 0)
+    since_fired.add_(xb.shape[0]).masked_fill_(fired > 0, 0)
     dead = (since_fired >= cfg.aux_dead_tokens).nonzero()[:, 0]
     if len(dead) == 0:
         return 0.0, 0.0
@@ -605,7 +604,7 @@ def _train_toolkit(
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.aux_k:
-            log.aux_final, log.dead_final = _aux_step(sae, xb, x_hat.detach(), since_fired, cfg)
+            log.aux_final, log.dead_final = _aux_step(sae, xb, x_hat.detach(), fired, since_fired, cfg)
         opt.step()
         sae.renorm()
         if cfg.resample_every and (step + 1) % cfg.resample_every == 0 and step < cfg.resample_until * cfg.steps:
