@@ -20,6 +20,7 @@ from torch import Tensor
 from torch.func import functional_call
 
 from interp.models import _final_norm
+from interp.precision import fast_dtype
 from interp.sites import Site
 
 MATRICES = ("gate_proj.weight", "up_proj.weight", "down_proj.weight")
@@ -61,7 +62,7 @@ class Slice:
             self.theta0 = torch.cat([params[n].detach().reshape(-1).float() for n in self.names]).clone()
         self.W_U = model.unembed_weight.detach()
         self.final = _final_norm(model.hf)
-        self.train_dtype = train_dtype(train_unembed, self.W_U.device)
+        self.train_dtype = fast_dtype(train_unembed, self.W_U.device)
         self.W_U_train = self.W_U.to(self.train_dtype) if self.train_dtype != self.W_U.dtype else self.W_U
 
     def to(self, dtype: torch.dtype) -> "Slice":
@@ -129,17 +130,6 @@ class Slice:
         loss = self.loss(th, batch)
         (g,) = torch.autograd.grad(loss, th)
         return float(loss.detach()), g
-
-
-def train_dtype(choice: str, device: torch.device) -> torch.dtype:
-    """bfloat16 where the unembedding matmul runs natively in it (CUDA, CPUs with AVX512-BF16/AMX), else float32."""
-    if choice != "auto":
-        return getattr(torch, choice)
-    if device.type == "cuda":
-        return torch.bfloat16
-    mkldnn = torch.backends.mkldnn.is_available()
-    native = device.type == "cpu" and mkldnn and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    return torch.bfloat16 if native else torch.float32
 
 
 # ============================================================================= caching

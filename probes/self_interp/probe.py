@@ -18,6 +18,7 @@ from torch import Tensor
 
 from interp.context import RunContext
 from interp.intervene import weights_digest
+from interp.precision import autocast, fast_dtype
 
 from . import SelfInterpConfig, sweep_layers
 from .adapters import Adapter, n_params
@@ -144,6 +145,8 @@ class Experiment:
     median_norm: float
     settings: TrainSettings
     train_sample: np.ndarray
+    compute_dtype: torch.dtype = torch.float32
+    """Autocast dtype of the frozen model in training, validation and decoding."""
 
     @classmethod
     def create(cls, model, cfg, ctx, topics, split, tmpl) -> "Experiment":
@@ -156,8 +159,13 @@ class Experiment:
         train = np.flatnonzero(split == "train")
         rng = np.random.default_rng([cfg.seed, 2])
         sample = np.sort(rng.permutation(train)[: cfg.train_recall_sample])
+        fast = fast_dtype(cfg.compute_dtype, model.device) if model.dtype == torch.float32 else model.dtype
         return cls(model, cfg, ctx, topics, split, tmpl, pc, retriever, targets, median_embedding_norm(model), s,
-                   sample)
+                   sample, fast)
+
+    def fast(self):
+        """Autocast of the frozen model's calls to compute_dtype (float32: no-op)."""
+        return autocast(self.compute_dtype, self.model.device)
 
     @property
     def d(self) -> int:
@@ -181,7 +189,8 @@ class Experiment:
         t = time.perf_counter()
         train, val = self.pairs(vectors, self.idx("train")), self.pairs(vectors, self.idx("val"))
         scales = [m * self.median_norm for m in cfg.identity_scales]
-        losses = identity_sweep(self.model, self.tmpl, val, scales, cfg.batch_size, self.pc, cfg.loss_clamp)
+        with self.fast():
+            losses = identity_sweep(self.model, self.tmpl, val, scales, cfg.batch_size, self.pc, cfg.loss_clamp)
         s_star = scales[int(np.argmin(losses))]
         res = LayerResult(layer, s_star, scales, losses, vectors=vectors)
         res.seconds["scale_sweep"] = time.perf_counter() - t
@@ -218,8 +227,9 @@ class Experiment:
         ad = Adapter(variant, self.d, scale, self.cfg.low_rank_rank, self.cfg.low_rank_init,
                      generator=self.ctx.generator(offset))
         ad.to(self.model.device)
-        return train_adapter(self.model, self.tmpl, ad, train, val, settings or self.settings,
-                             self.ctx.generator(10_000 + offset), self.pc, self.ctx.tqdm)
+        with self.fast():
+            return train_adapter(self.model, self.tmpl, ad, train, val, settings or self.settings,
+                                 self.ctx.generator(10_000 + offset), self.pc, self.ctx.tqdm)
 
     def eval_sets(self, train_recall: bool = True) -> list[tuple[str, np.ndarray]]:
         sets = [("heldout", self.idx("heldout"))]
@@ -231,8 +241,9 @@ class Experiment:
                max_new: int | None = None) -> list[str]:
         with torch.no_grad():
             soft = adapter(vectors.to(self.model.device))
-        return generate(self.model, self.tmpl, soft, max_new or self.cfg.max_label_tokens, temperature=temperature,
-                        seed=seed, pc=self.pc)
+        with self.fast():
+            return generate(self.model, self.tmpl, soft, max_new or self.cfg.max_label_tokens,
+                            temperature=temperature, seed=seed, pc=self.pc)
 
     def evaluate(self, adapter: Adapter, vectors: Tensor, idx, variant: str, split_name: str, layer: int,
                  universe: np.ndarray | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -401,7 +412,8 @@ def summarize(exp: Experiment, main: LayerResult, controls: LayerResult, sweep: 
                "recall_chance_at_1": 1 / len(exp.topics), "recall_chance_at_10": min(1.0, 10 / len(exp.topics)),
                "identity_best_scale": main.s_star, "median_embedding_norm": exp.median_norm,
                "identity_scale_at_edge": main.s_star in (min(main.scales), max(main.scales)),
-               "adapter_params": n_params("scalar_affine", d)}
+               "adapter_params": n_params("scalar_affine", d),
+               "compute_dtype": str(exp.compute_dtype).removeprefix("torch.")}
     if "scalar_affine" in main.adapters and main.adapters["scalar_affine"].n_trainable() != m["adapter_params"]:
         raise RuntimeError("scalar_affine's trainable tensors do not match d + 1")
     m["val_loss_identity"] = min(main.scale_losses)

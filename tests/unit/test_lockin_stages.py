@@ -237,10 +237,11 @@ def test_cached_slice_reproduces_the_full_forward(tiny_model, tiny_problem):
 
 
 def test_bf16_training_loss_tracks_float32_and_evaluation_stays_float32(tiny_model):
-    from probes.lockin.slice import Positions, Slice, train_dtype
+    from interp.precision import fast_dtype
+    from probes.lockin.slice import Positions, Slice
 
-    assert train_dtype("float32", torch.device("cpu")) == torch.float32
-    assert train_dtype("auto", torch.device("cuda")) == torch.bfloat16
+    assert fast_dtype("float32", torch.device("cpu")) == torch.float32
+    assert fast_dtype("auto", torch.device("cuda")) == torch.bfloat16
     f32, b16 = Slice(tiny_model, train_unembed="float32"), Slice(tiny_model, train_unembed="bfloat16")
     g = torch.Generator().manual_seed(0)
     batch = Positions(torch.randn(64, f32.W_U.shape[1], generator=g), torch.randint(0, f32.W_U.shape[0], (64,)))

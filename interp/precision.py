@@ -1,0 +1,45 @@
+"""Mixed precision where the hardware runs it natively.
+
+`fast_dtype` picks the matmul dtype for work whose precision needs are modest (training steps of tiny
+adapters or slices, greedy decoding): bfloat16 on CUDA and on CPUs with native bf16 (AVX512-BF16 or AMX),
+where it is about twice as fast as float32, and float32 elsewhere, where bf16 is emulated and slower.
+`autocast` applies it to a block of frozen-model calls; losses, checks and parameters stay float32.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Literal
+
+import torch
+
+Choice = Literal["auto", "float32", "bfloat16"]
+
+
+def native_bf16(device: torch.device | str) -> bool:
+    """True where bfloat16 matmuls run natively (CUDA, or a CPU with AVX512-BF16/AMX through oneDNN)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return True
+    if device.type != "cpu" or not torch.backends.mkldnn.is_available():
+        return False
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def fast_dtype(choice: Choice, device: torch.device | str) -> torch.dtype:
+    """The dtype `choice` names; "auto" is bfloat16 where `native_bf16(device)`, else float32."""
+    if choice == "auto":
+        return torch.bfloat16 if native_bf16(device) else torch.float32
+    return getattr(torch, choice)
+
+
+@contextlib.contextmanager
+def autocast(dtype: torch.dtype, device: torch.device | str) -> Iterator[None]:
+    """torch.autocast to `dtype` on `device`'s type; a no-op for float32 (or a model already in half)."""
+    device = torch.device(device)
+    if dtype == torch.float32:
+        yield
+        return
+    with torch.autocast(device_type=device.type, dtype=dtype):
+        yield
