@@ -11,11 +11,16 @@ position ids from the mask, so every token keeps the position it has in its own 
 
 Models with sliding-window layers (their caches keep only the window) decode through
 `interp.generate.greedy` instead; results are the same greedy continuations either way.
+
+The toolkit loads models with eager attention (hooks read the pattern); nothing here reads it, so
+decoding switches the plain model to SDPA for its duration, which avoids repeating the grouped KV
+heads every step: about 2x faster per decode step on SmolLM2 at 600 context tokens.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,11 +73,31 @@ def has_sliding_layers(model) -> bool:
                                                             (getattr(cfg, "layer_types", None) or []))
 
 
+@contextlib.contextmanager
+def sdpa_attention(hf) -> Iterator[None]:
+    """Run `hf` with SDPA attention inside the block, restoring its implementation after."""
+    before = getattr(hf.config, "_attn_implementation", None)
+    if before in (None, "sdpa") or not hasattr(hf, "set_attn_implementation"):
+        yield
+        return
+    hf.set_attn_implementation("sdpa")
+    try:
+        yield
+    finally:
+        hf.set_attn_implementation(before)
+
+
 @torch.no_grad()
 def shared_prefix_greedy(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, stop_ids: Sequence[int],
                          batch_size: int = 32, root_batch: int = 16, min_frac: float = 0.25,
                          progress: Callable | None = None) -> dict[tuple[int, ...], list[int]]:
     """prompt ids -> greedy continuation ids (stop token excluded), each distinct prompt decoded once."""
+    with sdpa_attention(model.hf):
+        return _shared_prefix_greedy(model, prompts, max_new_tokens, stop_ids, batch_size, root_batch, min_frac,
+                                     progress)
+
+
+def _shared_prefix_greedy(model, prompts, max_new_tokens, stop_ids, batch_size, root_batch, min_frac, progress):
     if has_sliding_layers(model):
         return _plain(model, prompts, max_new_tokens, stop_ids, batch_size)
     roots, jobs = plan(prompts, min_frac)
