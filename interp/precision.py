@@ -8,8 +8,6 @@ where it is about twice as fast as float32, and float32 elsewhere, where bf16 is
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Literal
 
 import torch
@@ -34,12 +32,11 @@ def fast_dtype(choice: Choice, device: torch.device | str) -> torch.dtype:
     return getattr(torch, choice)
 
 
-@contextlib.contextmanager
-def autocast(dtype: torch.dtype, device: torch.device | str) -> Iterator[None]:
-    """torch.autocast to `dtype` on `device`'s type; a no-op for float32 (or a model already in half)."""
-    device = torch.device(device)
-    if dtype == torch.float32:
-        yield
-        return
-    with torch.autocast(device_type=device.type, dtype=dtype):
-        yield
+def autocast(dtype: torch.dtype, device: torch.device | str) -> torch.autocast:
+    """torch.autocast to `dtype` on `device`'s type; disabled for float32."""
+    return torch.autocast(device_type=torch.device(device).type, dtype=dtype, enabled=dtype != torch.float32)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """"bfloat16" for torch.bfloat16 (as the manifest records dtypes)."""
+    return str(dtype).removeprefix("torch.")

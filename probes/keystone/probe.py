@@ -20,6 +20,7 @@ import torch
 from interp.context import RunContext
 from interp.errors import NumericError
 from interp.intervene import weights_digest
+from interp.precision import dtype_name
 
 from . import KeystoneConfig
 from .ablate import (
@@ -305,7 +306,7 @@ def recording_metadata(model, types, gens, cfg) -> dict[str, str]:
         "hooks": json.dumps({t: recording_site(model, t, 0).tl_name.replace(".0.", ".{l}.") for t in types}),
         "positions": json.dumps({f"g{g.prompt.group}/{g.prompt.id}": [g.n_prompt - 1, g.n_prompt + g.n_steps - 2]
                                  for g in gens}),
-        "dtype": str(model.dtype).replace("torch.", ""),
+        "dtype": dtype_name(model.dtype),
         "accumulation": "float32",
         "recording": cfg.recording,
         "slices": json.dumps({t: {"dim": SPECS[t].dim} for t in types}),

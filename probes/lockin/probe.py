@@ -21,6 +21,7 @@ import torch
 from interp.context import RunContext
 from interp.errors import NumericError
 from interp.intervene import weights_digest
+from interp.precision import dtype_name
 
 from . import RECONSTRUCTION, LockinConfig, analysis
 from .problem import ModelProblem, StiffResult, instrument_checks, stiff_directions
@@ -43,7 +44,7 @@ def run(cfg: LockinConfig, ctx: RunContext) -> None:
     checks = instrument_checks(problem, sr, ctx.generator(3))  # B. HVP, PSD, Lanczos vs power, cache
     ctx.log_timings(checks_s=round(time.perf_counter() - t0, 2))
     ctx.log_metrics(**checks, curvature=cfg.curvature, lanczos_restarts=sr.n_restarts,
-                    train_unembed_dtype=str(problem.sl.train_dtype).removeprefix("torch."))  # in the manifest early
+                    train_unembed_dtype=dtype_name(problem.sl.train_dtype))  # in the manifest early
     grid = model_grid(cfg.grid, cfg.k_stiff, cfg.lora_rank, cfg.lora_lr)
     logs = run_grid(problem, sr, grid, cfg, ctx)  # 1, 3, 4, 7. the runs, tracked online
     stats = across_runs(logs, grid, cfg)  # 5, 6, 7, 8. collapse, paradox, harm, projection, bifurcation

@@ -63,7 +63,7 @@ class Slice:
         self.W_U = model.unembed_weight.detach()
         self.final = _final_norm(model.hf)
         self.train_dtype = fast_dtype(train_unembed, self.W_U.device)
-        self.W_U_train = self.W_U.to(self.train_dtype) if self.train_dtype != self.W_U.dtype else self.W_U
+        self.W_U_train = self.W_U.to(self.train_dtype)
 
     def to(self, dtype: torch.dtype) -> "Slice":
         """A copy of the slice function in `dtype` (e.g. float64 for checks); the model is untouched."""
@@ -100,8 +100,10 @@ class Slice:
             h = x + functional_call(self.mlp, params, (self.block.post_attention_layernorm(x),))
         return self.final(h)
 
-    def logits(self, theta: Tensor, resid: Tensor) -> Float[Tensor, "n d_vocab"]:
-        z = self.hidden(theta, resid) @ self.W_U.T
+    def logits(self, theta: Tensor, resid: Tensor, W_U: Tensor | None = None) -> Float[Tensor, "n d_vocab"]:
+        """Logits through `W_U` (default: the slice's own, in its dtype); half matmuls give float32 logits."""
+        W = self.W_U if W_U is None else W_U
+        z = self.hidden(theta, resid).to(W.dtype) @ W.T
         return z.float() if z.dtype in (torch.bfloat16, torch.float16) else z  # half forward, float32 loss
 
     def loss(self, theta: Tensor, batch: Positions) -> Tensor:
@@ -110,9 +112,7 @@ class Slice:
 
     def train_loss(self, theta: Tensor, batch: Positions) -> Tensor:
         """The training steps' loss: `loss` with the unembedding matmul in `train_dtype` (its backward too)."""
-        h = self.hidden(theta, batch.resid)
-        z = h.to(self.train_dtype) @ self.W_U_train.T
-        return torch.nn.functional.cross_entropy(z.float(), batch.targets)
+        return torch.nn.functional.cross_entropy(self.logits(theta, batch.resid, self.W_U_train), batch.targets)
 
     def token_losses(self, theta: Tensor, batch: Positions) -> Float[Tensor, " n"]:
         return torch.nn.functional.cross_entropy(self.logits(theta, batch.resid), batch.targets, reduction="none")

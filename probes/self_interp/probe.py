@@ -18,7 +18,7 @@ from torch import Tensor
 
 from interp.context import RunContext
 from interp.intervene import weights_digest
-from interp.precision import autocast, fast_dtype
+from interp.precision import autocast, dtype_name, fast_dtype
 
 from . import SelfInterpConfig, sweep_layers
 from .adapters import Adapter, n_params
@@ -413,7 +413,7 @@ def summarize(exp: Experiment, main: LayerResult, controls: LayerResult, sweep: 
                "identity_best_scale": main.s_star, "median_embedding_norm": exp.median_norm,
                "identity_scale_at_edge": main.s_star in (min(main.scales), max(main.scales)),
                "adapter_params": n_params("scalar_affine", d),
-               "compute_dtype": str(exp.compute_dtype).removeprefix("torch.")}
+               "compute_dtype": dtype_name(exp.compute_dtype)}
     if "scalar_affine" in main.adapters and main.adapters["scalar_affine"].n_trainable() != m["adapter_params"]:
         raise RuntimeError("scalar_affine's trainable tensors do not match d + 1")
     m["val_loss_identity"] = min(main.scale_losses)
