@@ -52,6 +52,7 @@ BENCHMARKS = {
     "keystone": _lazy("keystone", "keystone_scoring"),
     "slash": _lazy("slash", "slash_hook"),
     "lockin": _lazy("lockin", "lockin_probes"),
+    "inertia": _lazy("inertia", "inertia_decode"),
     "sae": _lazy("sae", "sae_training"),
     "dashboard": _lazy("dashboard", "dashboard"),
     "backend_capture": _lazy("backends", "backend_capture"),

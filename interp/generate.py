@@ -7,12 +7,15 @@ Prompts are left-padded with explicit attention masks; position ids come from th
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Sequence
+from functools import cache
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
+from transformers import DynamicCache
 
 LogitsFn = Callable[[Tensor, Tensor], Tensor]
 """(generated ids so far (batch, t), next-token logits (batch, vocab)) -> adjusted logits."""
@@ -62,6 +65,18 @@ def greedy(
     return out
 
 
+@cache
+def _cache_kwarg(forward) -> str:
+    params = inspect.signature(forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def kv_cache_kwargs(hf, kv) -> dict:
+    """{cache: kv, use_cache: True} for `hf`'s forward: transformers >= 5.2x names the KV cache argument
+    `cache` (`past_key_values` is deprecated), earlier 5.x releases `past_key_values`. `kv` is updated in place."""
+    return {_cache_kwarg(type(hf).forward): kv, "use_cache": True}
+
+
 def _stop_ids(model) -> list[int]:
     tok = model.tokenizer
     ids = {tok.eos_token_id} if tok.eos_token_id is not None else set()
@@ -78,17 +93,17 @@ def _greedy_batch(model, ids: Int[Tensor, "b p"], mask: Int[Tensor, "b p"], max_
     b = ids.shape[0]
     gen = torch.empty(b, 0, dtype=torch.long, device=ids.device)
     done = torch.zeros(b, dtype=torch.bool, device=ids.device)
-    past = None
+    past = None if hooked else DynamicCache(config=model.hf.config)
     cur_ids, cur_mask = ids, mask
     for _ in range(max_new):
         if hooked:
             logits = model.forward(torch.cat([ids, gen], 1), cur_mask)[:, -1]
         else:
             pos = (cur_mask.long().cumsum(-1) - 1).clamp(min=0)
-            step_pos = pos if past is None else pos[:, -1:]
+            step_pos = pos if cur_ids is ids else pos[:, -1:]
             o = model.hf(input_ids=cur_ids, attention_mask=cur_mask, position_ids=step_pos,
-                         past_key_values=past, use_cache=True, logits_to_keep=1)
-            past, logits = o.past_key_values, o.logits[:, -1]
+                         logits_to_keep=1, **kv_cache_kwargs(model.hf, past))
+            logits = o.logits[:, -1]
         logits = logits.float()
         if logits_fn is not None:
             logits = logits_fn(gen, logits)

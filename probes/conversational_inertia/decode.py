@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
-from interp.generate import greedy
+from interp.generate import greedy, kv_cache_kwargs
 
 
 @dataclass
@@ -150,8 +150,7 @@ def _prefill_roots(model, roots: list[tuple[int, ...]], keep: list[int]) -> list
     ids, mask = ids.to(model.device), mask.to(model.device)
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache()
-    model.hf(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True,
-             logits_to_keep=1)
+    model.hf(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=1, **kv_cache_kwargs(model.hf, cache))
     return [[(layer.keys[j, :, :k], layer.values[j, :, :k]) for layer in cache.layers] for j, k in enumerate(keep)]
 
 
@@ -186,9 +185,8 @@ def _decode_jobs(model, jobs: list[_Job], kvs: list, max_new: int, stop_ids: Seq
     cur = ids
     for _ in range(max_new):
         pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, -cur.shape[1] :]
-        o = model.hf(input_ids=cur, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True,
-                     logits_to_keep=1)
-        cache = o.past_key_values
+        o = model.hf(input_ids=cur, attention_mask=mask, position_ids=pos, logits_to_keep=1,
+                     **kv_cache_kwargs(model.hf, cache))
         nxt = o.logits[:, -1].float().argmax(-1)
         nxt = torch.where(done, stop[0], nxt)
         gen = torch.cat([gen, nxt[:, None]], 1)

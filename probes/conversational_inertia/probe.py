@@ -21,8 +21,10 @@ import time
 
 import numpy as np
 import pandas as pd
+import torch
 
 from interp.context import RunContext
+from interp.precision import autocast, dtype_name, fast_dtype
 
 from . import ConversationalInertiaConfig, behavior, cpl, envs
 from .attention import key_fractions, layer_windows, measure, prepare
@@ -49,7 +51,9 @@ def run(cfg: ConversationalInertiaConfig, ctx: RunContext) -> None:
     t_stats = time.perf_counter()
 
     plan = behaviour_plan(model, cfg, ctx.rng)  # 5. behaviour (and the CPL states' prompts)
-    outputs = behavior.decode(model, plan["requests"], cfg.max_new_tokens, cfg.decode_batch_size, ctx.tqdm)
+    decode_dtype = fast_dtype(cfg.decode_dtype, model.device) if model.dtype == torch.float32 else model.dtype
+    with autocast(decode_dtype, model.device):
+        outputs = behavior.decode(model, plan["requests"], cfg.max_new_tokens, cfg.decode_batch_size, ctx.tqdm)
     rows = behavior.score_rows(plan["scored"], outputs)
     summary = behavior.summarize(rows, cfg.n_boot, ctx.rng)
     t_decode = time.perf_counter()
@@ -85,6 +89,7 @@ def run(cfg: ConversationalInertiaConfig, ctx: RunContext) -> None:
         null_constant_block_z=float(constant),
         colors_single_token=colors_single_token(model),
         role_format="chat_template" if model.info.chat else "plain_text",
+        decode_dtype=dtype_name(decode_dtype),
         attention_tokens=int(sum(len(p.ids) for p in preps)),
         **decode_cost(plan["requests"]),
     )
@@ -225,7 +230,7 @@ def share_trends(shares: pd.DataFrame) -> dict:
     for seg in ("prev_assistant", "system", "user", "recent_assistant", "self"):
         g = per[per.segment == seg]
         m[f"{seg}_share_rho"], m[f"{seg}_share_p"] = spearman(g.N, g.share)
-    for seg in ("prev_assistant", "user", "system"):
+    for seg in ("prev_assistant", "user", "system", "recent_assistant"):
         g = per[per.segment == seg]
         m[f"{seg}_enrichment_rho"], m[f"{seg}_enrichment_p"] = spearman(g.N, g.enrichment)
         last = g[g.N == g.N.max()]
