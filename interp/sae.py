@@ -455,7 +455,12 @@ class _ToolkitSAE(torch.nn.Module):
 
         Each dead latent gets the direction of a batch residual drawn with probability proportional
         to its squared norm: decoder row = that direction, encoder column = the same, encoder bias 0,
-        threshold back to its initial value; their Adam moments are zeroed.
+        threshold back to its initial value; their Adam moments are zeroed. With init_sparsity="data" the
+        gate starts at the target-L0 quantile of the latent's pre-activations on the *residuals* (passed as
+        residual + b_dec, which `init_sparsity_from` centres back), so on the inputs it first fires more
+        often than the target (42 % of the inputs against 12.5 % in a 64-latent check). Starting it from
+        the inputs instead was measured on atoms' synthetic dictionaries and did worse: held-out R2_AIP
+        0.978 vs 0.983, recovery 0.994 vs 0.998.
         """
         idx = dead.nonzero().squeeze(-1)
         if idx.numel() == 0:
