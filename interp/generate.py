@@ -72,8 +72,9 @@ def _cache_kwarg(forward) -> str:
 
 
 def kv_cache_kwargs(hf, kv) -> dict:
-    """{cache: kv, use_cache: True} for `hf`'s forward: transformers >= 5.2x names the KV cache argument
-    `cache` (`past_key_values` is deprecated), earlier 5.x releases `past_key_values`. `kv` is updated in place."""
+    """{cache: kv, use_cache: True} for `hf`'s forward, under the name it takes: newer transformers releases
+    call the KV cache argument `cache` (5.24 deprecates `past_key_values`, to be removed in 5.40), older ones
+    `past_key_values`. `kv` is updated in place."""
     return {_cache_kwarg(type(hf).forward): kv, "use_cache": True}
 
 
