@@ -32,6 +32,12 @@ def fast_dtype(choice: Choice, device: torch.device | str) -> torch.dtype:
     return getattr(torch, choice)
 
 
+def autocast_dtype(choice: Choice, model) -> torch.dtype:
+    """The dtype to autocast `model`'s calls to: `fast_dtype(choice)` for a float32 model; a model loaded in
+    half precision keeps its own dtype."""
+    return fast_dtype(choice, model.device) if model.dtype == torch.float32 else model.dtype
+
+
 def autocast(dtype: torch.dtype, device: torch.device | str) -> torch.autocast:
     """torch.autocast to `dtype` on `device`'s type; disabled for float32."""
     return torch.autocast(device_type=torch.device(device).type, dtype=dtype, enabled=dtype != torch.float32)

@@ -21,10 +21,9 @@ import time
 
 import numpy as np
 import pandas as pd
-import torch
 
 from interp.context import RunContext
-from interp.precision import autocast, dtype_name, fast_dtype
+from interp.precision import autocast, autocast_dtype, dtype_name
 
 from . import ConversationalInertiaConfig, behavior, cpl, envs
 from .attention import key_fractions, layer_windows, measure, prepare
@@ -51,7 +50,7 @@ def run(cfg: ConversationalInertiaConfig, ctx: RunContext) -> None:
     t_stats = time.perf_counter()
 
     plan = behaviour_plan(model, cfg, ctx.rng)  # 5. behaviour (and the CPL states' prompts)
-    decode_dtype = fast_dtype(cfg.decode_dtype, model.device) if model.dtype == torch.float32 else model.dtype
+    decode_dtype = autocast_dtype(cfg.decode_dtype, model)
     with autocast(decode_dtype, model.device):
         outputs = behavior.decode(model, plan["requests"], cfg.max_new_tokens, cfg.decode_batch_size, ctx.tqdm)
     rows = behavior.score_rows(plan["scored"], outputs)

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from interp.context import RunContext
 from interp.intervene import weights_digest
-from interp.precision import autocast, dtype_name, fast_dtype
+from interp.precision import autocast, autocast_dtype, dtype_name
 
 from . import SelfInterpConfig, sweep_layers
 from .adapters import Adapter, n_params
@@ -159,9 +159,8 @@ class Experiment:
         train = np.flatnonzero(split == "train")
         rng = np.random.default_rng([cfg.seed, 2])
         sample = np.sort(rng.permutation(train)[: cfg.train_recall_sample])
-        fast = fast_dtype(cfg.compute_dtype, model.device) if model.dtype == torch.float32 else model.dtype
         return cls(model, cfg, ctx, topics, split, tmpl, pc, retriever, targets, median_embedding_norm(model), s,
-                   sample, fast)
+                   sample, autocast_dtype(cfg.compute_dtype, model))
 
     def fast(self):
         """Autocast of the frozen model's calls to compute_dtype (float32: no-op)."""
