@@ -7,7 +7,6 @@ any heavy import). The run itself is `probes.keystone.probe:run`.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -38,9 +37,16 @@ class SFTConfig:
     micro_batch: int = 8
     """Examples per forward/backward (memory knob; the batch is accumulated)."""
     warmup_frac: float = 0.03
-    """Linear warmup over this fraction of the steps, then cosine decay."""
+    """Linear warmup over ceil(warmup_frac * steps) steps (the released trainer's warmup_ratio)."""
+    schedule: Literal["linear", "cosine"] = "linear"
+    """Decay after warmup: linear to 0 (the HF Trainer default the released code runs) or cosine (the project's
+    earlier choice)."""
+    max_grad_norm: float = 1.0
+    """Clip the global gradient norm (of the masked gradients) to this value, the HF Trainer default; 0 disables."""
     weight_decay: float = 0.01
-    """AdamW decoupled weight decay."""
+    """AdamW decoupled weight decay (on weights only: the HF Trainer exempts biases and norms)."""
+    decay_all: bool = False
+    """Decay every trainable parameter, norms and biases included (the project's earlier choice)."""
     n_train: int = 80
     """Training examples (two-step arithmetic word problems)."""
     n_eval: int = 60
@@ -78,7 +84,11 @@ class KeystoneConfig(ProbeConfig):
     p_sweep: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02)
     """Values of p re-selected from the recorded means (perplexity only); top_p is always included."""
     selection_mode: Literal["per_layer", "global_per_type", "global"] = "per_layer"
-    """per_layer (the paper), global_per_type (one ranking per type), global (mixes type scales)."""
+    """per_layer (the paper), global_per_type (one ranking per type), global (mixes type scales; keeps
+    ceil(n * p) as the released code, the others int(n * p))."""
+    kv_width: Literal["query", "native"] = "query"
+    """Where K and V neurons are ranked: query (the released code: at query width after repeat_kv, count
+    max(1, int(n_heads * d_head * p)), then the distinct KV rows) or native (the KV width, n_kv * d_head)."""
     recording: Literal["teacher_forced", "per_step"] = "teacher_forced"
     """teacher_forced: one pass per prompt; per_step: the paper's no-cache re-run per token (slow)."""
     tf_check_tokens: int = 24
@@ -106,6 +116,9 @@ class KeystoneConfig(ProbeConfig):
     are kept, each counting, with a warning)."""
     task_items: int = 150
     """Task-suite items, split evenly across the tasks."""
+    zero_bias: bool = False
+    """Also zero (and, in SFT, mask) the bias entry of a row neuron; false: edit .weight only and train every bias,
+    as the released code (the embedded models have no projection biases, so this changes nothing there)."""
     rope_pair_ablation: bool = False
     """Also zero each ablated q/k dimension's RoPE partner (weight zeroing acts before RoPE)."""
     ablation: bool = True
@@ -197,6 +210,7 @@ class KeystoneConfig(ProbeConfig):
             raise ConfigError("sft.micro_batch", s.micro_batch, f"a divisor of sft.batch={s.batch}")
         check_range("sft.warmup_frac", s.warmup_frac, 0.0, 1.0)
         check_range("sft.weight_decay", s.weight_decay, 0.0, 1.0)
+        check_range("sft.max_grad_norm", s.max_grad_norm, 0.0, 1e6)
         check_range("sft.n_train", s.n_train, 1, 100000)
         check_range("sft.n_eval", s.n_eval, 1, 100000)
         check_range("sft.max_len", s.max_len, 16, 131072)
@@ -229,5 +243,5 @@ class KeystoneConfig(ProbeConfig):
                        duplicates="all")
 
     def n_selected(self, n: int, p: float | None = None) -> int:
-        """c = max(1, floor(n * p)): neurons kept per prompt in a cell of width n."""
-        return max(1, math.floor(n * (self.top_p if p is None else p) + 1e-9))
+        """c = max(1, int(n * p)): neurons kept per prompt in a cell of width n (the released code's count)."""
+        return max(1, int(n * (self.top_p if p is None else p)))

@@ -11,6 +11,8 @@
 
 K and V are recorded in their native KV width, so index i is already the KV row: the released
 code's map from query-head width, ((i // d_head) // n_rep) * d_head + i % d_head, is `kv_row`.
+The released code ranks K and V at query width (after repeat_kv); `kv_ranking` gives selection
+what it needs to do the same (`kv_width="query"`, the default).
 Counts always come from the model's config.
 """
 
@@ -94,10 +96,14 @@ def _child(module, names):
 
 
 class SliceMap:
-    """HF parameter names of each (type, layer)'s weight (and bias) slice on one model."""
+    """HF parameter names of each (type, layer)'s weight (and, with `bias`, bias) slice on one model.
 
-    def __init__(self, model):
+    The released code edits `.weight` only (a zeroed row of a biased projection then outputs its bias) and its
+    SFT masks touch weights only, so every bias trains; `bias=False` (the default) does the same here."""
+
+    def __init__(self, model, bias: bool = False):
         self.model = model
+        self.bias = bias
         names = {id(m): n for n, m in model.hf.named_modules()}
         self._mod: dict[tuple[str, int], tuple[str, object]] = {}
         for layer in range(model.info.n_layers):
@@ -113,9 +119,10 @@ class SliceMap:
         return self._mod[(t, layer)][0] + ".weight"
 
     def bias_name(self, t: str, layer: int) -> str | None:
-        """The bias zeroed with a row (row types only), if the module has one."""
+        """The bias zeroed with a row (row types only, with `bias`), if the module has one."""
         name, mod = self._mod[(t, layer)]
-        return name + ".bias" if SPECS[t].dim == 0 and getattr(mod, "bias", None) is not None else None
+        has = self.bias and SPECS[t].dim == 0 and getattr(mod, "bias", None) is not None
+        return name + ".bias" if has else None
 
     def weight(self, t: str, layer: int) -> Tensor:
         return self._mod[(t, layer)][1].weight
@@ -124,6 +131,14 @@ class SliceMap:
         """L2 norm of every neuron's weight slice, (n,) float32."""
         w = self.weight(t, layer).detach().float()
         return w.norm(dim=1 - SPECS[t].dim)
+
+
+def kv_ranking(info, types=TYPES, kv_width: str = "query") -> dict[str, tuple[int, int]]:
+    """type -> (d_head, n_rep) of the K/V types to rank at query width; empty for "native" or no GQA."""
+    n_rep = info.n_heads // info.n_kv_heads
+    if kv_width == "native" or n_rep == 1:
+        return {}
+    return {t: (info.d_head, n_rep) for t in ("attn_k", "attn_v") if t in types}
 
 
 def kv_row(i: int, d_head: int, n_rep: int) -> int:

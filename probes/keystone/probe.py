@@ -34,7 +34,7 @@ from .ablate import (
     swap_pairs,
 )
 from .data import load_prompts, load_tasks, sft_data
-from .neurons import SPECS, SliceMap, neuron_coords, recording_site, widths
+from .neurons import SPECS, SliceMap, kv_ranking, neuron_coords, recording_site, widths
 from .record import generate, record_all, tf_check
 from .selection import cells_frame, count, from_units, keystone, mlp_effective, select_prompt, stability, units
 
@@ -64,8 +64,9 @@ def run(cfg: KeystoneConfig, ctx: RunContext) -> None:
     ctx.save_tensors("mean_abs_act", {f"g{g}/{pid}/{t}": v for (g, pid), m in means.items() for t, v in m.items()},
                      metadata=recording_metadata(model, types, gens, cfg))
     ctx.save_table("tf_check", check.frame)
-    set_tf = select_prompt(check.tf.means(), cfg.top_p, cfg.selection_mode)
-    set_step = select_prompt(check.step.means(), cfg.top_p, cfg.selection_mode)
+    kv = kv_ranking(model.info, types, cfg.kv_width)
+    set_tf = select_prompt(check.tf.means(), cfg.top_p, cfg.selection_mode, kv)
+    set_step = select_prompt(check.step.means(), cfg.top_p, cfg.selection_mode, kv)
     tf_same = all(np.array_equal(set_tf[t], set_step[t]) for t in types)
     ctx.log_metrics(teacher_forced_max_rel_err=check.max_rel_err, tf_keystone_sets_identical=tf_same)
     ctx.log_timings(teacher_forced_speedup=check.t_step / check.t_tf, tf_per_step_s=check.t_step,
@@ -76,12 +77,12 @@ def run(cfg: KeystoneConfig, ctx: RunContext) -> None:
     by_group = defaultdict(list)  # 3. selection, the p sweep's sets, 4. stability
     for (g, _), m in means.items():
         by_group[g].append(m)
-    key, per_prompt = keystone(by_group[1], cfg.top_p, cfg.selection_mode)
+    key, per_prompt = keystone(by_group[1], cfg.top_p, cfg.selection_mode, kv)
     if count(key) == 0:
         raise NumericError(f"empty keystone set at p={cfg.top_p}: the {len(by_group[1])} prompts share no top-p neuron")
-    sweep = {p: keystone(by_group[1], p, cfg.selection_mode) for p in cfg.sweep_ps}
+    sweep = {p: keystone(by_group[1], p, cfg.selection_mode, kv) for p in cfg.sweep_ps}
     ctx.save_table("cells", pd.concat([cells_frame(p, pp) for p, (_, pp) in sweep.items()], ignore_index=True))
-    group_sets = {g: keystone(ms, cfg.top_p, cfg.selection_mode)[0] for g, ms in sorted(by_group.items())}
+    group_sets = {g: keystone(ms, cfg.top_p, cfg.selection_mode, kv)[0] for g, ms in sorted(by_group.items())}
     stab = stability(group_sets)
     ctx.save_table("stability", stab)
     ctx.save_tensors("keystone_mask", {t: torch.from_numpy(m) for t, m in key.items()})
@@ -95,7 +96,7 @@ def run(cfg: KeystoneConfig, ctx: RunContext) -> None:
         stability_iou_chance=float(stab["iou_chance"].mean()) if len(stab) else None,
     )
 
-    smap = SliceMap(model)
+    smap = SliceMap(model, bias=cfg.zero_bias)
     digest = weights_digest(model)
     writers = pd.DataFrame(columns=["type", "layer", "index", "pos0_norm_single", "cut_frac", "is_writer"])
     massive_dims: list[int] = []

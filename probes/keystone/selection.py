@@ -1,6 +1,13 @@
 """Steps 3-4: top-p selection per prompt, intersection across prompts, stability across groups.
 
 A neuron set is a dict type -> bool array (n_layers, n_type). All functions here are pure numpy.
+
+Counts follow the released code (JxtGTG/keystone, batch_top_n_overlap_unified.py): per_layer and
+global_per_type keep c = max(1, int(n * p)) (`n_keep`), global keeps max(1, ceil(n * p)) (`n_keep_global`);
+ties go to the lower index (a stable sort, as Python's). The code records K and V after `repeat_kv`, i.e.
+at query width: with `kv` given, K/V means are repeated to query width (`to_query_width`), ranked there
+with the query-width count, and the selected copies collapse to their distinct KV rows (`to_kv_width`).
+At p = 0.01 on SmolLM2 that keeps 2 K rows per layer where ranking at the native width keeps 1.
 """
 
 from __future__ import annotations
@@ -19,8 +26,31 @@ Mask = dict[str, np.ndarray]
 
 
 def n_keep(n: int, p: float) -> int:
-    """c = max(1, floor(n * p))."""
-    return max(1, math.floor(n * p + 1e-9))
+    """c = max(1, int(n * p)): the released code's per-layer and per-type count."""
+    return max(1, int(n * p))
+
+
+def n_keep_global(n: int, p: float) -> int:
+    """K = max(1, ceil(n * p)): the released code's count of the global (all types) ranking."""
+    return max(1, math.ceil(n * p))
+
+
+KV = Mapping[str, tuple[int, int]]
+"""type -> (d_head, n_rep) for the types recorded at KV width (attn_k, attn_v) that rank at query width."""
+
+
+def to_query_width(m: np.ndarray, d_head: int, n_rep: int) -> np.ndarray:
+    """(n_layers, n_kv * d_head) -> (n_layers, n_kv * n_rep * d_head), each KV head repeated n_rep times in
+    place, as `repeat_kv` orders query heads (query head h reads KV head h // n_rep)."""
+    n_layers, width = m.shape
+    heads = m.reshape(n_layers, width // d_head, 1, d_head)  # (L, n_kv, 1, d_head)
+    return np.repeat(heads, n_rep, axis=2).reshape(n_layers, -1)  # (L, n_kv * n_rep * d_head)
+
+
+def to_kv_width(mask: np.ndarray, d_head: int, n_rep: int) -> np.ndarray:
+    """Query-width bool mask -> KV-width mask of the distinct KV rows any selected copy maps to."""
+    n_layers, width = mask.shape
+    return mask.reshape(n_layers, width // (n_rep * d_head), n_rep, d_head).any(axis=2).reshape(n_layers, -1)
 
 
 def top_c(values: np.ndarray, c: int) -> np.ndarray:
@@ -31,8 +61,13 @@ def top_c(values: np.ndarray, c: int) -> np.ndarray:
     return mask
 
 
-def select_prompt(means: Means, p: float, mode: str = "per_layer") -> Mask:
-    """S_pi: the prompt's top-p neurons (per layer and type, per type over layers, or globally)."""
+def select_prompt(means: Means, p: float, mode: str = "per_layer", kv: KV | None = None) -> Mask:
+    """S_pi: the prompt's top-p neurons (per layer and type, per type over layers, or globally); the types
+    in `kv` are ranked at query width and returned as their distinct KV rows."""
+    if kv:
+        wide = {t: to_query_width(m, *kv[t]) if t in kv else m for t, m in means.items()}
+        sel = select_prompt(wide, p, mode)
+        return {t: to_kv_width(m, *kv[t]) if t in kv else m for t, m in sel.items()}
     if mode == "per_layer":
         return {t: top_c(m.astype(np.float32), n_keep(m.shape[1], p)) for t, m in means.items()}
     if mode == "global_per_type":
@@ -41,7 +76,7 @@ def select_prompt(means: Means, p: float, mode: str = "per_layer") -> Mask:
     if mode == "global":
         types = list(means)
         flat = np.concatenate([means[t].reshape(-1) for t in types]).astype(np.float32)
-        keep = top_c(flat, n_keep(flat.size, p))
+        keep = top_c(flat, n_keep_global(flat.size, p))
         out, start = {}, 0
         for t in types:
             size = means[t].size
@@ -63,9 +98,10 @@ def count(mask: Mask) -> int:
     return int(sum(m.sum() for m in mask.values()))
 
 
-def keystone(prompt_means: Sequence[Means], p: float, mode: str = "per_layer") -> tuple[Mask, list[Mask]]:
+def keystone(prompt_means: Sequence[Means], p: float, mode: str = "per_layer", kv: KV | None = None
+             ) -> tuple[Mask, list[Mask]]:
     """K = the intersection over prompts of their top-p sets; also returns the per-prompt sets."""
-    per_prompt = [select_prompt(m, p, mode) for m in prompt_means]
+    per_prompt = [select_prompt(m, p, mode, kv) for m in prompt_means]
     return intersect(per_prompt), per_prompt
 
 

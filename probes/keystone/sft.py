@@ -9,6 +9,13 @@ Modes:
   norms, embeddings and lm_head stay trainable and weight decay is not masked (a known caveat:
   "keystone-only" then also trains everything outside the six projection types).
 
+Trainer settings follow the released trainer (HF `Trainer` defaults under `train.py`): AdamW with
+`transformers.get_linear_schedule_with_warmup` (warmup ceil(warmup_frac * steps), then linear decay to 0),
+gradients clipped to a global norm of 1.0 (`max_grad_norm`, after masking: the norm of what is applied), and
+weight decay only on `Trainer.get_decay_parameter_names` (no biases, no norms). `schedule="cosine"`,
+`max_grad_norm=0` and `decay_all=true` give the project's earlier trainer. Biases: the slices are weights only
+(`SliceMap(bias=False)`, the code's `.weight` edit), so in paper mode every bias trains, as in the code.
+
 Every variant starts from the original weights, which are restored exactly afterwards.
 """
 
@@ -21,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import torch
+import transformers
 from torch import Tensor
 
 from interp.generate import greedy, perplexity
@@ -148,7 +156,7 @@ def plan(model, smap: SliceMap, variant: str, mode: str, key: Mask, rand: Mask) 
 
 
 def lr_lambda(total: int, warmup: int):
-    """Linear warmup then cosine decay to 0 (the HF schedule the released code uses)."""
+    """Linear warmup then cosine decay to 0 (`schedule="cosine"`, the project's earlier choice)."""
 
     def f(step: int) -> float:
         if step < warmup:
@@ -157,6 +165,20 @@ def lr_lambda(total: int, warmup: int):
         return 0.5 * (1.0 + math.cos(math.pi * progress))
 
     return f
+
+
+def decay_names(model) -> set[str]:
+    """Parameters that get weight decay under the HF Trainer's rule (no biases, no LayerNorm/RMSNorm weights)."""
+    return set(transformers.Trainer.get_decay_parameter_names(None, model.hf))  # the method does not use self
+
+
+def param_groups(model, trainable: Sequence[str], cfg: SFTConfig) -> list[dict]:
+    """AdamW groups: weight_decay on the decay parameters, 0 on the rest (all decay with `decay_all`)."""
+    params = dict(model.hf.named_parameters())
+    decay = set(trainable) if cfg.decay_all else decay_names(model)
+    groups = [{"params": [params[n] for n in trainable if n in decay], "weight_decay": cfg.weight_decay},
+              {"params": [params[n] for n in trainable if n not in decay], "weight_decay": 0.0}]
+    return [g for g in groups if g["params"]]
 
 
 def _batch(examples: Sequence[tuple[list[int], int]], pad_id: int, device) -> tuple[Tensor, Tensor, Tensor]:
@@ -189,10 +211,15 @@ def train(model, pl: Plan, mode: str, examples: Sequence[tuple[list[int], int]],
     trainable = [n for n in params if n in pl.full or n in pl.masked]
     for n in trainable:
         params[n].requires_grad_(True)
-    opt = torch.optim.AdamW([params[n] for n in trainable], lr=cfg.lr, weight_decay=cfg.weight_decay)
+    opt = torch.optim.AdamW(param_groups(model, trainable, cfg), lr=cfg.lr)
     steps_per_epoch = math.ceil(len(examples) / cfg.batch)
     total = steps_per_epoch * cfg.epochs
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(total, math.ceil(cfg.warmup_frac * total)))
+    warmup = math.ceil(cfg.warmup_frac * total)
+    if cfg.schedule == "linear":
+        sched = transformers.get_linear_schedule_with_warmup(opt, warmup, total)
+    else:
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(total, warmup))
+    clip = [params[n] for n in trainable]
     pad = model.tokenizer.pad_token_id if model.tokenizer.pad_token_id is not None else 0
     use_amp = str(model.device).startswith("cuda")
     curve, step = [], 0
@@ -216,6 +243,8 @@ def train(model, pl: Plan, mode: str, examples: Sequence[tuple[list[int], int]],
                     for n, mask in pl.masked.items():
                         if params[n].grad is not None:
                             params[n].grad.mul_(mask)
+                grad_norm = (float(torch.nn.utils.clip_grad_norm_(clip, cfg.max_grad_norm))
+                             if cfg.max_grad_norm > 0 else float("nan"))
                 lr = opt.param_groups[0]["lr"]
                 opt.step()
                 sched.step()
@@ -224,7 +253,7 @@ def train(model, pl: Plan, mode: str, examples: Sequence[tuple[list[int], int]],
                     with torch.no_grad():
                         for n, mask in pl.masked.items():
                             params[n].copy_(torch.where(mask, params[n], originals[n]))
-                curve.append({"step": step, "loss": total_loss, "lr": lr})
+                curve.append({"step": step, "loss": total_loss, "lr": lr, "grad_norm": grad_norm})
                 step += 1
                 if bar is not None:
                     bar.update(1)
@@ -285,4 +314,4 @@ def run_sft(model, smap: SliceMap, key: Mask, rand: Mask, cfg: SFTConfig, train_
             restore(model, originals)
     finally:
         restore(model, originals)
-    return pd.DataFrame(rows), pd.DataFrame(curves, columns=["variant", "step", "loss", "lr"])
+    return pd.DataFrame(rows), pd.DataFrame(curves, columns=["variant", "step", "loss", "lr", "grad_norm"])
