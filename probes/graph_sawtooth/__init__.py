@@ -48,6 +48,10 @@ class GraphSawtoothConfig(ProbeConfig):
     """Sink factors swept on the calibration split (1.0 is the unmodified model and always included)."""
     sink_offsets: tuple[int, ...] = (0,)
     """Sink columns relative to the first real token (e.g. [0, 1, 2, 3] for StreamingLLM-style sinks)."""
+    entropy_rule: Literal["reference", "reference_newest", "spec"] = "reference"
+    """S_ent band rule: reference (the released selection: heights clamped at 1e-12, ties to the narrower band and
+    the later peak), reference_newest (also the code's newest extra layer after the band) or spec (no clamp, ties
+    to the wider band and the first peak); see probes.graph_sawtooth.selection."""
     n_random_layer_seeds: int = 3
     """Random layer sets of size |S| drawn outside S for the control (median accuracy reported)."""
     mode: Literal["per_layer"] = "per_layer"

@@ -48,7 +48,7 @@ def run(cfg: GraphSawtoothConfig, ctx: RunContext) -> None:
     with timed(times, "structure"):  # 2. sawtooth against its nulls, sink, entropy
         struct = measure_structure(model, split["select"], cfg, ctx)
     layers = summarize_layers(struct)
-    sel = select_layers(layers["scores"], layers["entropy"])  # 3. S = S_score ∩ S_ent
+    sel = select_layers(layers["scores"], layers["entropy"], cfg.entropy_rule)  # 3. S = S_score ∩ S_ent
     S = sel["S"]
 
     with timed(times, "verify"):  # 4. exact invariants, gamma = 1, pattern reaches z
@@ -177,10 +177,10 @@ def summarize_layers(st: dict) -> dict:
 # ============================================================================= 3. selection
 
 
-def select_layers(scores: np.ndarray, entropy: np.ndarray) -> dict:
-    """S_score (Otsu), S_ent (middle wide entropy peak) and S = their intersection (with fallback)."""
+def select_layers(scores: np.ndarray, entropy: np.ndarray, rule: str = "reference") -> dict:
+    """S_score (Otsu), S_ent (middle wide entropy peak, under `rule`) and S = their intersection (with fallback)."""
     s_score = otsu_set(scores)
-    s_ent = entropy_band(entropy)
+    s_ent = entropy_band(entropy, rule)
     S, fallback = final_set(scores, s_score["layers"], s_ent)
     return {"S_score": s_score, "S_ent": s_ent, "S": S, "fallback": fallback}
 

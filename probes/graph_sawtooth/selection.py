@@ -1,5 +1,17 @@
 """Layer selection (section 7): Otsu over structure scores, the middle wide peak of the spectral
-entropy, and their intersection with the project's fallback. Pure numpy / scipy."""
+entropy, and their intersection with the project's fallback. Pure numpy / scipy.
+
+The entropy band has three rules (`GraphSawtoothConfig.entropy_rule`):
+- reference (default): the released `select_layers_peak_auto_entropy` (liuyiming01/SLASH, src/slash/utils.py)
+  without its last step: peak heights clamped at 1e-12 (`max(height, 1e-12)`, so a peak below the median still
+  grows a band), the best peak by the exact score, ties to the narrower band, then the lower amplitude rank,
+  then the later peak; the no-peak fallback keeps every layer at or above the ceil(0.4 L)-th smoothed value.
+- reference_newest: the same, plus the code's newest step, which appends one more layer after the (padded)
+  band. It is not the default: neither the paper nor the method spec has that step, and it widens S_ent by a
+  layer on most series.
+- spec: the method spec as first written (no clamp; ties to the wider band, then the lower amplitude rank,
+  then the first peak; the no-peak fallback keeps exactly ceil(0.4 L) layers).
+"""
 
 from __future__ import annotations
 
@@ -60,12 +72,19 @@ def _pct_rank(values: np.ndarray, x: float) -> float:
     return float((np.asarray(values) <= x).mean()) if np.size(values) else 1.0
 
 
-def entropy_band(entropy: np.ndarray) -> dict[str, Any]:
-    """S_ent: the middle wide peak of the per-layer entropy series (section 7 b, c).
+ENTROPY_RULES = ("reference", "reference_newest", "spec")
+
+
+def entropy_band(entropy: np.ndarray, rule: str = "reference") -> dict[str, Any]:
+    """S_ent: the middle wide peak of the per-layer entropy series (section 7 b, c), under `rule`.
 
     Returns the band's layers plus every diagnostic the dashboard draws (winsorised and smoothed
-    series, peaks with prominence and score, the chosen peak, thr_frac, right padding).
+    series, peaks with prominence and score, the chosen peak, thr_frac, right padding, extra layer).
     """
+    if rule not in ENTROPY_RULES:
+        raise ValueError(f"entropy rule {rule!r}: one of {', '.join(ENTROPY_RULES)}")
+    ref = rule != "spec"
+    floor = 1e-12 if ref else -math.inf
     raw = np.asarray(entropy, dtype=np.float64)
     n = raw.size
     lo_w, hi_w = np.percentile(raw, [5, 95])
@@ -80,15 +99,18 @@ def entropy_band(entropy: np.ndarray) -> dict[str, Any]:
     }
     if len(peaks) == 0 or span <= 0:
         k = max(1, math.ceil(0.4 * n))
-        layers = sorted(int(i) for i in np.argsort(-smooth, kind="stable")[:k])
+        if ref:  # the code: every layer at or above the k-th largest smoothed value (ties included)
+            layers = [int(i) for i in np.flatnonzero(smooth >= np.partition(smooth, -k)[-k])]
+        else:
+            layers = sorted(int(i) for i in np.argsort(-smooth, kind="stable")[:k])
         out.update(layers=layers, peak=None, band=[min(layers), max(layers)], thr_frac=None,
-                   no_peak_fallback=True, right_padded=False, peak_scores=[])
+                   no_peak_fallback=True, right_padded=False, extra_layer=False, peak_scores=[])
         return out
     baseline = float(np.median(smooth))
     min_width = max(3, math.ceil(0.32 * n))
     cands = []
     for p, pr in zip(peaks.tolist(), prom.tolist()):
-        height = float(smooth[p] - baseline)
+        height = max(float(smooth[p] - baseline), floor)
         thr = 0.35
         lo, hi = _grow(smooth, p, baseline + thr * height)
         while hi - lo + 1 < min_width and thr > 0.12:
@@ -102,19 +124,26 @@ def entropy_band(entropy: np.ndarray) -> dict[str, Any]:
         score = center_w * (0.45 * amp_rank + 0.35 * prom_rank + 0.20 * width_w)
         cands.append({"peak": int(p), "lo": lo, "hi": hi, "width": width, "thr_frac": thr, "score": score,
                       "amp_rank": amp_rank, "prom_rank": prom_rank, "center_w": center_w, "width_w": width_w})
-    # best score; ties to the wider band, then the lower amplitude rank
-    best = max(cands, key=lambda c: (round(c["score"], 12), c["width"], -c["amp_rank"]))
+    if ref:  # the code: best score, ties to the narrower band, the lower amplitude rank, then the later peak
+        best = max(cands, key=lambda c: (c["score"], -c["width"], -c["amp_rank"], c["peak"]))
+    else:  # the spec: ties to the wider band, then the lower amplitude rank (then the first peak)
+        best = max(cands, key=lambda c: (round(c["score"], 12), c["width"], -c["amp_rank"]))
     lo, hi = best["lo"], best["hi"]
     padded = False
     if hi + 1 < n:
         base_w = float(np.median(wins))
-        height_w = float(wins[best["peak"]] - base_w)
+        height_w = max(float(wins[best["peak"]] - base_w), floor)
         nxt = wins[hi + 1]
         if nxt >= wins[hi] or nxt >= base_w + max(0.02, 0.5 * best["thr_frac"]) * height_w:
             hi += 1
             padded = True
-    out.update(layers=list(range(lo, hi + 1)), peak=best["peak"], band=[lo, hi], thr_frac=best["thr_frac"],
-               no_peak_fallback=False, right_padded=padded, peak_scores=cands, baseline=baseline)
+    layers = list(range(lo, hi + 1))
+    extra = rule == "reference_newest" and hi + 1 < n
+    if extra:  # the code's newest step: one more layer after the band
+        layers.append(hi + 1)
+    out.update(layers=layers, peak=best["peak"], band=[lo, hi], thr_frac=best["thr_frac"],
+               no_peak_fallback=False, right_padded=padded, extra_layer=extra, peak_scores=cands,
+               baseline=baseline)
     return out
 
 
