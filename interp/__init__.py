@@ -49,6 +49,7 @@ _LAZY = {
     "WeightEdit": "interp.intervene",
     "weights_digest": "interp.intervene",
     "RunContext": "interp.context",
+    "load_sae": "interp.sae_source",
 }
 
 

@@ -859,7 +859,8 @@ def train_sae(
         sae = build_sae(cfg.architecture, _state_of(tsae), meta, apply_b_dec_to_input=True, k=cfg.k,
                         device=x.device)
     gen = torch.Generator().manual_seed(cfg.seed + 1)
-    calib = x[torch.randperm(x.shape[0], generator=gen)[: cfg.calib_tokens]]
+    calib_idx = torch.randperm(x.shape[0], generator=gen)[: cfg.calib_tokens]
+    calib = x[calib_idx]
     if cfg.calibrate_l0 and cfg.architecture != "topk":
         log.calib_value, log.l0_train_calibrated = calibrate_l0(sae, calib, cfg.target_l0, cfg.calib_tol)
     else:
@@ -869,6 +870,7 @@ def train_sae(
     info = asdict(log)
     info["config"] = cfg.key()
     sae.cfg.metadata.interp_training = json.loads(json.dumps(info, default=float))
+    set_density(sae, firing_density(sae, acts[calib_idx]))  # written as sparsity.safetensors by save_sae
     return sae
 
 
@@ -979,21 +981,63 @@ def sae_site(sae) -> Site:
     return Site.from_tl_name(name)
 
 
-def save_sae(sae, path: str | Path) -> Path:
-    """Save with SAELens's own save_model (cfg.json + sae_weights.safetensors) into `path`."""
+SPARSITY_FILE = "sparsity.safetensors"
+"""SAELens's name (sae_lens.constants.SPARSITY_FILENAME) for the per-latent log10 firing densities."""
+
+
+def firing_density(sae, x: Float[Tensor, "tok d_in"]) -> Float[Tensor, " d_sae"]:
+    """Fraction of the tokens `x` on which each latent fires (> 0)."""
+    fired = torch.zeros(sae.cfg.d_sae, dtype=torch.float64)
+    for i in range(0, x.shape[0], 8192):
+        fired += (encode(sae, x[i : i + 8192]) > 0).sum(0).double().cpu()  # (d_sae,)
+    return (fired / max(1, x.shape[0])).float()
+
+
+def set_density(sae, density: Tensor | None) -> None:
+    """Attach per-latent firing densities (d_sae,) to an SAE object; save_sae writes them as SAELens does."""
+    sae.interp_density = None if density is None else density.detach().float().cpu()
+
+
+def save_sae(sae, path: str | Path, density: Tensor | None = None) -> Path:
+    """Save with SAELens's own save_model (cfg.json + sae_weights.safetensors) into `path`, plus
+    sparsity.safetensors when the firing densities are known (given, or attached by train_sae / load_sae):
+    {"sparsity": log10(density + 1e-10)} of shape (d_sae,), the tensor SAELens's trainer writes and its
+    loaders read."""
+    from safetensors.torch import save_file
+
     path = Path(path)
     sae.save_model(path)
+    density = density if density is not None else getattr(sae, "interp_density", None)
+    if density is not None:
+        if density.shape != (sae.cfg.d_sae,):
+            raise ValueError(f"save_sae: density of shape {tuple(density.shape)}, not ({sae.cfg.d_sae},)")
+        log10 = torch.log10(density.detach().float().cpu() + 1e-10).contiguous()  # (d_sae,)
+        save_file({"sparsity": log10}, str(path / SPARSITY_FILE))
     return path
 
 
+def load_density(path: str | Path) -> Tensor | None:
+    """The firing densities (d_sae,) of the SAELens directory `path` from its sparsity.safetensors, if any."""
+    from safetensors import safe_open
+
+    p = Path(path) / SPARSITY_FILE
+    if not p.is_file():
+        return None
+    with safe_open(str(p), framework="pt", device="cpu") as f:
+        return (10.0 ** f.get_tensor("sparsity").float()).clamp_max(1.0)  # (d_sae,)
+
+
 def load_sae(path: str | Path, device: str = "cpu"):
-    """Any SAELens directory, through `sae_lens.SAE.load_from_disk`, in eval mode without grads."""
+    """Any SAELens directory, through `sae_lens.SAE.load_from_disk`, in eval mode without grads (with its
+    firing densities attached when it has a sparsity.safetensors). `interp.load_sae(spec)` also takes run
+    directories and SAELens release ids."""
     from sae_lens import SAE
 
     sae = SAE.load_from_disk(str(path), device=device)
     sae.eval()
     for p in sae.parameters():
         p.requires_grad_(False)
+    set_density(sae, load_density(path))
     return sae
 
 
@@ -1063,7 +1107,10 @@ def cached_sae(
     key = sae_cache_key(model.info, site, cfg, data_key, transform)
     path = cache_dir(key)
     if (path / "cfg.json").is_file() and (path / "sae_weights.safetensors").is_file():
-        return load_sae(path, device=device), True
+        sae = load_sae(path, device=device)
+        if getattr(sae, "interp_density", None) is None:  # cached before SAEs carried their sparsity file
+            _add_sparsity(path, sae, data_fn())
+        return sae, True
     meta = dict(sae_metadata(model, site) if metadata is None else metadata)
     meta["interp_cache_key"] = key
     sae = train_sae(data_fn(), cfg, metadata=meta, transform=transform, progress=progress)
@@ -1081,6 +1128,23 @@ def cached_sae(
     return sae, False
 
 
+def _add_sparsity(path: Path, sae, acts: Tensor) -> None:
+    """Write the firing densities on the training buffer `acts` (first calib_tokens tokens) into a cached SAE."""
+    from safetensors.torch import save_file
+
+    cfg_n = int((sae.cfg.metadata.get("interp_training") or {}).get("config", {}).get("calib_tokens", 16384))
+    set_density(sae, firing_density(sae, acts[:cfg_n].float()))
+    log10 = torch.log10(sae.interp_density + 1e-10).contiguous()
+    fd, tmp = tempfile.mkstemp(prefix=".sparsity.", suffix=".tmp", dir=path)
+    os.close(fd)
+    try:
+        save_file({"sparsity": log10}, tmp)
+        os.replace(tmp, path / SPARSITY_FILE)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 __all__ = [
     "ARCHITECTURES",
     "ActivationBuffer",
@@ -1094,7 +1158,9 @@ __all__ = [
     "collect_activations",
     "decode",
     "encode",
+    "firing_density",
     "fold_input_transform",
+    "load_density",
     "load_sae",
     "pre_acts",
     "roundtrip_check",
@@ -1103,5 +1169,6 @@ __all__ = [
     "sae_site",
     "sae_state",
     "save_sae",
+    "set_density",
     "train_sae",
 ]

@@ -83,7 +83,8 @@ class AtomsConfig(ProbeConfig):
     threshold_lr_scale: float = 1.0
     """Learning-rate multiplier of the TSAE's log-thresholds."""
     sae_source: str = "train"
-    """"train" (a standard ReLU+L1 SAE on raw activations) or a SAELens directory for the same hook."""
+    """"train" (a standard ReLU+L1 SAE on raw activations) or an `interp.load_sae` spec for the same hook (a SAELens
+    directory, a run directory holding an SAE, saelens:<release>/<sae_id> online)."""
     cache_saes: bool = True
     """Reuse the core TSAE and SAE from the SAE cache when the model, data and config match."""
     grid_d_mults: tuple[float, ...] = (0.5, 2.0, 8.0)
@@ -211,8 +212,10 @@ class AtomsConfig(ProbeConfig):
             raise ConfigError("synth_d_fracs", list(self.synth_d_fracs), "fractions of N* in (0, 4]")
         if not 1 <= self.synth_k < self.synth_dim:
             raise ConfigError("synth_k", self.synth_k, f"an integer in [1, synth_dim={self.synth_dim})")
-        if self.sae_source != "train" and not self.sae_source.strip():
-            raise ConfigError("sae_source", self.sae_source, '"train" or a SAELens directory')
+        if self.sae_source != "train":
+            from interp.sae_source import resolve_sae_spec
+
+            resolve_sae_spec(self.sae_source, "sae_source")
 
     CONTEXT_FIELDS = ("ctx_len",)
 

@@ -31,13 +31,13 @@ from interp.sae import (
     collect_activations,
     decode,
     encode,
-    load_sae,
     roundtrip_check,
     sae_metadata,
     sae_site,
     save_sae,
     train_sae,
 )
+from interp.sae_source import load_sae as load_sae_spec
 from interp.sites import Site
 
 from . import AtomsConfig
@@ -254,7 +254,7 @@ def train_units(model, site: Site, train: Tensor, w, cfg: AtomsConfig, meta: dic
     if cfg.sae_source == "train":
         sae = get(scfg, None, "sae")
     else:
-        sae = load_sae(cfg.sae_source)
+        sae = load_sae_spec(cfg.sae_source, field="sae_source")
         if sae_site(sae) != site:
             raise ConfigError("sae_source", cfg.sae_source, f"an SAE for {site.tl_name}, not {sae_site(sae).tl_name}")
         gen = torch.Generator().manual_seed(cfg.seed + 1)

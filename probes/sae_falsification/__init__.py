@@ -28,7 +28,8 @@ class SaeFalsificationConfig(ProbeConfig):
     """SAE "reasoning" features: contrastive detection, token injection vs control, counterexamples, steering."""
 
     sae: str = "train"
-    """"train" (a TopK SAE trained by the toolkit on the embedded model, cached) or a SAELens SAE directory."""
+    """"train" (a TopK SAE trained by the toolkit on the embedded model, cached) or any `interp.load_sae` spec: a
+    SAELens directory, a run directory holding an SAE (atoms'), saelens:<release>/<sae_id> (online)."""
     sae_hook: str = "blocks.9.hook_resid_post"
     """Hook (TransformerLens name) of the SAE to train; a loaded SAE always uses its own config's hook."""
     sae_d_sae: int = 4608
@@ -154,8 +155,10 @@ class SaeFalsificationConfig(ProbeConfig):
         super().validate()
         from interp.sites import Site
 
-        if not self.sae.strip():
-            raise ConfigError("sae", self.sae, '"train" or a SAELens SAE directory')
+        if self.sae != "train":
+            from interp.sae_source import resolve_sae_spec
+
+            resolve_sae_spec(self.sae, "sae")
         try:
             site = Site.from_tl_name(self.sae_hook)
         except ValueError:

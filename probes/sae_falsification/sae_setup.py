@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,7 +26,6 @@ from interp.sae import (
     collect_activations,
     decode,
     encode,
-    load_sae,
     sae_metadata,
     sae_site,
     train_sae,
@@ -42,8 +40,8 @@ def obtain_sae(model, cfg, train_seqs: Sequence[Sequence[int]], data_key: str, p
 
     cfg.sae == "train": a TopK SAE (toolkit loop; W_enc = W_dec^T at init, b_dec = the data mean, unit-norm
     decoder rows, Adam at a constant lr, normalised MSE plus the AuxK dead-latent loss) on the activations of
-    `train_seqs`, from the cache when the model, hook, training config and data key match. Otherwise a SAELens
-    directory (or `saelens:<release>:<sae_id>`, online only) loaded as it is.
+    `train_seqs`, from the cache when the model, hook, training config and data key match. Otherwise any spec of
+    `interp.load_sae` (a SAELens directory, a run directory, `saelens:<release>/<sae_id>` online) loaded as it is.
     """
     if cfg.sae == "train":
         site = Site.from_tl_name(cfg.sae_hook)
@@ -80,22 +78,11 @@ def auxk(cfg) -> dict:
 
 
 def load_external(spec: str):
-    """A SAELens SAE from a directory, or `saelens:<release>:<sae_id>` through SAELens (INTERP_ONLINE=1 only)."""
-    if spec.startswith("saelens:"):
-        release, _, sae_id = spec[len("saelens:"):].partition(":")
-        if os.environ.get("INTERP_ONLINE") != "1":
-            raise ConfigError("sae", spec, "a SAELens directory; release ids download and need INTERP_ONLINE=1")
-        from sae_lens import SAE
+    """The SAE `spec` names, through `interp.load_sae`: a SAELens directory, a run directory holding an SAE (e.g.
+    atoms'), or `saelens:<release>/<sae_id>` (INTERP_ONLINE=1 only)."""
+    from interp.sae_source import load_sae as load_spec
 
-        sae = SAE.from_pretrained(release, sae_id, device="cpu")
-        sae = sae[0] if isinstance(sae, tuple) else sae
-        sae.eval()
-        for p in sae.parameters():
-            p.requires_grad_(False)
-        return sae
-    if not os.path.isfile(os.path.join(spec, "cfg.json")):
-        raise ConfigError("sae", spec, '"train" or a SAELens SAE directory (with cfg.json)')
-    return load_sae(spec)
+    return load_spec(spec, field="sae")
 
 
 def data_key(model, cfg, train_texts_sha: str) -> str:

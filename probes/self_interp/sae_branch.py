@@ -186,7 +186,8 @@ def _sample(model, prompts: list[str], cfg, max_new: int = 48, batch: int = 16) 
 def _sae_and_tops(model, site: Site, cfg, ctx):
     """The SAE (cached, or trained on the built-in corpus) and each latent's top-activating (token, context)."""
     from interp.data import builtin_corpus, token_chunks
-    from interp.sae import SAETrainConfig, cached_sae, collect_activations, encode, load_sae
+    from interp.sae import SAETrainConfig, cached_sae, collect_activations, encode
+    from interp.sae_source import load_sae as load_sae_spec
 
     seq_len = 64
     n_seqs = max(8, cfg.sae_tokens // seq_len)
@@ -200,7 +201,11 @@ def _sae_and_tops(model, site: Site, cfg, ctx):
     buf = collect_activations(model, batches(), {site: n_seqs * (seq_len - 1)}, skip_first=1)
     acts = buf.acts[site]
     if cfg.sae_path:
-        sae = load_sae(cfg.sae_path, device="cpu")
+        sae = load_sae_spec(cfg.sae_path, device="cpu", field="sae_path")
+        hook = sae.cfg.metadata.hook_name
+        if hook != site.tl_name or sae.cfg.d_in != model.info.d_model:
+            raise ConfigError("sae_path", cfg.sae_path, f"an SAE on {site.tl_name} (d_in {model.info.d_model}), the "
+                              f"adapter's layer; this one reads {hook} (d_in {sae.cfg.d_in}): set layer to match")
     else:
         tcfg = SAETrainConfig(architecture="jumprelu", d_sae=4 * model.info.d_model, steps=cfg.sae_steps, batch=1024,
                               target_l0=16.0, seed=cfg.seed)

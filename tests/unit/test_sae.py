@@ -186,7 +186,8 @@ def test_saelens_roundtrip_reproduces_encodings(arch, tmp_path):
     sae = train_sae(x, small_cfg(arch, steps=20), metadata={"hook_name": "blocks.0.hook_resid_post", "model_name": "t"},
                     transform=InputTransform(A, torch.eye(H) / 2.0))
     save_sae(sae, tmp_path / "sae")
-    assert sorted(p.name for p in (tmp_path / "sae").iterdir()) == ["cfg.json", "sae_weights.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "sae").iterdir()) == ["cfg.json", "sae_weights.safetensors",
+                                                                     "sparsity.safetensors"]
     cfg = json.loads((tmp_path / "sae" / "cfg.json").read_text())
     assert cfg["architecture"] == arch and cfg["metadata"]["hook_name"] == "blocks.0.hook_resid_post"
     assert cfg["normalize_activations"] == "none"
