@@ -98,9 +98,12 @@ def injection_bars(injection: pd.DataFrame, feature: int) -> go.Figure:
     """d per strategy for one feature, real against control, with the class thresholds."""
     sub = injection[injection["feature"] == feature]
     fig = go.Figure()
-    for arm, colour in (("real", "#1565c0"), ("control", "#9e9e9e")):
+    names = {"real": "real", "control": "control", "alt": "real, other payload rule"}
+    for arm, colour in (("real", "#1565c0"), ("control", "#9e9e9e"), ("alt", "#ef6c00")):
         s = sub[sub["arm"] == arm]
-        fig.add_trace(go.Bar(x=s["strategy"], y=s["d"], name=arm, marker_color=colour,
+        if not len(s):
+            continue
+        fig.add_trace(go.Bar(x=s["strategy"], y=s["d"], name=names[arm], marker_color=colour,
                              text=[f"d {d:.2f}<br>p {p:.1e}" for d, p in zip(s["d"], s["p"])], textposition="outside"))
     for name, v in THRESHOLDS.items():
         fig.add_hline(y=v, line_dash="dot", line_color="#888", annotation_text=name)

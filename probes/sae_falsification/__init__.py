@@ -84,6 +84,13 @@ class SaeFalsificationConfig(ProbeConfig):
     """Token concentration above which a feature counts as token-dependent."""
     injection_strategies: tuple[str, ...] = ("prepend", "intersperse", "bigram_before", "trigram")
     """Injection strategies run (any subset of the eight); results are stored per strategy."""
+    injection_payload: Literal["reference", "top"] = "reference"
+    """What the token strategies inject: reference (the released code: a fresh seeded 3 of the top-10 tokens per
+    text, and 2 of the top bigrams at word starts for inject_bigram) or top (always the top 3; one bigram at
+    positions 1-2). The other rule also runs as the `alt` arm, so frac_token_driven is reported both ways."""
+    injection_stats: Literal["reference", "welch"] = "reference"
+    """Injection d and p: reference (Cohen's d with ddof 0, Student's t, as the released code) or welch (ddof 1,
+    Welch's t, the project's first choice)."""
     n_injection_texts: int = 40
     """Held-out non-reasoning base texts per feature and strategy."""
     n_injection_features: int = 16

@@ -34,13 +34,28 @@ def cohen_d_pooled(r: np.ndarray, n: np.ndarray) -> np.ndarray:
     return d
 
 
-def cohen_d_avg(inj: np.ndarray, base: np.ndarray) -> float:
-    """(mean_inj - mean_base) / sqrt((v_inj + v_base) / 2), the paper's injection d (ddof 1)."""
+def cohen_d_avg(inj: np.ndarray, base: np.ndarray, ddof: int = 1, constant: float | None = None) -> float:
+    """(mean_inj - mean_base) / sqrt((v_inj + v_base) / 2), the paper's injection d, variances with `ddof` (the
+    released code: 0). Both sides constant: `constant` (the code: 0), else 0 if equal, signed inf if not."""
     diff = float(np.mean(inj) - np.mean(base))
-    v = (np.var(inj, ddof=1) + np.var(base, ddof=1)) / 2 if min(len(inj), len(base)) > 1 else 0.0
+    v = (np.var(inj, ddof=ddof) + np.var(base, ddof=ddof)) / 2 if min(len(inj), len(base)) > ddof else 0.0
     if v <= 0:
+        if constant is not None:
+            return constant
         return 0.0 if diff == 0 else float(np.sign(diff) * np.inf)
     return diff / float(np.sqrt(v))
+
+
+def student_p(a: np.ndarray, b: np.ndarray) -> float:
+    """Two-sided Student t-test p (pooled variance, scipy's default; the released code's injection test); the same
+    constant-side rule as `welch_p`."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if a.var() == 0 and b.var() == 0:
+        return 1.0 if a.mean() == b.mean() else 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        p = float(stats.ttest_ind(a, b, equal_var=True).pvalue)
+    return p if np.isfinite(p) else 1.0
 
 
 def welch_p(a: np.ndarray, b: np.ndarray) -> float:

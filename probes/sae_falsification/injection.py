@@ -1,17 +1,27 @@
 """Steps 4-5: token injection into plainly non-reasoning text, and the frequency-matched random-token control.
 
-All eight strategies work on token ids (the "avoid/insert top tokens" logic is on ids, never strings):
+All eight strategies work on token ids (the "avoid/insert top tokens" logic is on ids, never strings). Two payload
+rules (`injection_payload`):
+
+- reference (default), as the released code (GeorgeMLP/reasoning-probing, run_token_injection_experiment.py):
+  every text gets its own seeded random 3 of the feature's top-10 tokens (`random.sample(tokens, 3)` there), and
+  inject_bigram inserts 2 of the feature's top bigrams (sampled per text) at seeded word starts;
+- top (the project's first rule): always the top 3 tokens, and one bigram at positions 1-2.
 
 | strategy | payload | where |
 |---|---|---|
-| prepend | the top 3 tokens of T_f | positions 1-3, right after the first token (after BOS on a BOS model) |
-| intersperse | the top 3 tokens, one at a time | 3 seeded word starts, one in each third of the text |
-| replace | the top 3 tokens | replace the tokens at 3 seeded word starts |
-| inject_bigram | the corpus's most frequent bigram holding a T_f token | positions 1-2 |
+| prepend | 3 tokens of T_f | positions 1-3, right after the first token (after BOS on a BOS model) |
+| intersperse | 3 tokens of T_f, one at a time | 3 seeded word starts, one in each third of the text |
+| replace | 3 tokens of T_f | replace the tokens at 3 seeded word starts |
+| inject_bigram | 2 of the top bigrams holding a T_f token (top: the first) | 2 word starts (top: positions 1-2) |
 | inject_trigram | the corpus's most frequent trigram holding a T_f token | positions 1-3 |
 | bigram_before | the 2 top (context, token) pairs of the feature's activating contexts | 2 seeded word starts |
 | trigram | the top (before, token, after) triple of the activating contexts | 1 seeded word start |
-| comma_list | "t1, t2, t3" | 1 seeded word start |
+| comma_list | "t1, t2, t3" of 3 tokens of T_f | 1 seeded word start |
+
+The code inserts at random word positions of the whitespace-split text (position 0 too); here the positions are
+word starts >= 1, so that position 0 (the attention sink, the BOS on a BOS model) stays the text's first token.
+The payload sample is seeded by (seed, feature, text, strategy), so the control arm swaps the same tokens.
 
 Seeded positions come from a generator seeded by (seed, text id, strategy), so a text gets the same positions for
 every feature and for both arms. The base text is first cut so that the injected text fits in `seq_len`; every
@@ -34,12 +44,29 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .detection import cohen_d_avg, welch_p
+from .detection import cohen_d_avg, student_p, welch_p
 from .tokens import FeatureTokens
 
 #: Fixed payload length per strategy: the base text is cut by this much so the injection fits.
 PAYLOAD_LEN = {"prepend": 3, "intersperse": 3, "replace": 0, "inject_bigram": 2, "inject_trigram": 3,
                "bigram_before": 4, "trigram": 3, "comma_list": 5}
+PAYLOADS = ("reference", "top")
+REF_POOL = 10
+"""The released code samples its tokens from the feature's top-10 (--top-k-tokens 10)."""
+REF_N_BIGRAMS = 2
+"""... and injects 2 bigrams (--n-inject-bigram 2)."""
+
+
+def payload_len(strategy: str, rule: str = "reference") -> int:
+    """Tokens a strategy adds (the base text is cut by this much so the injection fits)."""
+    if strategy == "inject_bigram" and rule == "reference":
+        return 2 * REF_N_BIGRAMS
+    return PAYLOAD_LEN[strategy]
+
+
+def positional(strategy: str, rule: str = "reference") -> bool:
+    """Strategies that insert right after the first token rather than at seeded word starts."""
+    return strategy in ("prepend", "inject_trigram") or (strategy == "inject_bigram" and rule == "top")
 CLASSES = ("token_driven", "partially", "weakly", "context_dependent")
 
 
@@ -51,12 +78,18 @@ class Payload:
 
 
 def payloads(strategy: str, ft: FeatureTokens, comma_id: int, swap: dict[int, int] | None = None,
-             ngram_swap: Callable[[tuple[int, ...], str], tuple[int, ...]] | None = None) -> Payload | None:
+             ngram_swap: Callable[[tuple[int, ...], str], tuple[int, ...]] | None = None,
+             rule: str = "top", rng: np.random.Generator | None = None) -> Payload | None:
     """The chunks `strategy` injects for feature `ft`; with `swap`/`ngram_swap`, the control arm's chunks.
 
-    None when the feature lacks what the strategy needs (e.g. no n-gram).
+    rule "reference" samples (with `rng`) 3 of the top-10 tokens and 2 of the top bigrams; "top" takes the top 3
+    and the top bigram. None when the feature lacks what the strategy needs (e.g. no n-gram).
     """
-    top = ft.top[:3]
+    if rule == "reference":
+        pool = ft.top[:REF_POOL]
+        top = [pool[i] for i in rng.choice(len(pool), size=min(3, len(pool)), replace=False)] if pool else []
+    else:
+        top = ft.top[:3]
     if not top:
         return None
     tok = (lambda t: swap.get(t, t)) if swap else (lambda t: t)
@@ -73,6 +106,10 @@ def payloads(strategy: str, ft: FeatureTokens, comma_id: int, swap: dict[int, in
     kind, n = {"inject_bigram": ("frequent_bigram", 1), "inject_trigram": ("frequent_trigram", 1),
                "bigram_before": ("bigram_before", 2), "trigram": ("trigram", 1)}[strategy]
     grams = [g for g, _ in ft.ngrams.get(kind, [])[:n]]
+    if strategy == "inject_bigram" and rule == "reference":
+        pool = [g for g, _ in ft.ngrams.get(kind, [])[:REF_POOL]]
+        grams = [pool[i] for i in rng.choice(len(pool), size=min(REF_N_BIGRAMS, len(pool)), replace=False)] \
+            if pool else []
     if not grams:
         return None
     return Payload([list(ng(tuple(g), kind)) for g in grams])
@@ -95,11 +132,11 @@ def seeded_slots(n_slots: int, starts: list[int], length: int, rng: np.random.Ge
     return sorted(out)
 
 
-def inject(strategy: str, base: Sequence[int], payload: Payload, slots: list[int], seq_len: int
-           ) -> tuple[list[int], list[int]]:
+def inject(strategy: str, base: Sequence[int], payload: Payload, slots: list[int], seq_len: int,
+           rule: str = "top") -> tuple[list[int], list[int]]:
     """(injected ids, positions of the injected tokens). `base` is already cut for this strategy."""
     ids = list(base)
-    if strategy in ("prepend", "inject_bigram", "inject_trigram"):
+    if positional(strategy, rule):
         chunk = payload.chunks[0]
         out = ids[:1] + chunk + ids[1:]
         return out[:seq_len], list(range(1, 1 + len(chunk)))
@@ -212,15 +249,19 @@ def match_ngram(gram: tuple[int, ...], swap: dict[int, int], real_count: int, id
 
 def injection_jobs(features: Sequence[int], tokens: dict[int, FeatureTokens], arms: dict[str, dict[int, dict]],
                    bases: Sequence[Sequence[int]], strategies: Sequence[str], seq_len: int, seed: int,
-                   is_word_start: Callable[[int], bool], comma_id: int) -> tuple[list[dict], list[list[int]], int]:
+                   is_word_start: Callable[[int], bool], comma_id: int, rules: dict[str, str] | None = None
+                   ) -> tuple[list[dict], list[list[int]], int]:
     """Every (feature, arm, strategy, text) injected sequence; returns (jobs, sequences, n_position_violations).
 
-    arms[arm][feature] = {"swap": {t: t'}, "ngrams": {gram: control gram}} ({} for the real arm).
+    arms[arm][feature] = {"swap": {t: t'}, "ngrams": {gram: control gram}} ({} for the real arm); rules[arm] is the
+    arm's payload rule (default "top"). Every rule cuts the base texts by the longest payload of a strategy, so the
+    arms of one strategy share the base texts and the slots.
     """
+    rules = rules or {}
     jobs, seqs = [], []
     violations = 0
     for si, strategy in enumerate(strategies):
-        cut = seq_len - PAYLOAD_LEN[strategy]
+        cut = seq_len - max(payload_len(strategy, rules.get(a, "top")) for a in arms)
         cut_bases = [list(b[:cut]) for b in bases]
         starts = [word_starts(b, is_word_start) for b in cut_bases]
         for f in features:
@@ -228,14 +269,16 @@ def injection_jobs(features: Sequence[int], tokens: dict[int, FeatureTokens], ar
                 spec = per_feature.get(f, {})
                 swap = spec.get("swap")
                 grams = spec.get("ngrams", {})
-                pay = payloads(strategy, tokens[f], comma_id, swap,
-                               (lambda g, kind, grams=grams: grams.get(tuple(g), g)) if swap else None)
-                if pay is None:
-                    continue
+                rule = rules.get(arm, "top")
                 for ti, base in enumerate(cut_bases):
+                    pick = np.random.default_rng((seed, 0x5AF, f, ti, si))  # the same sample in every arm
+                    pay = payloads(strategy, tokens[f], comma_id, swap,
+                                   (lambda g, kind, grams=grams: grams.get(tuple(g), g)) if swap else None, rule, pick)
+                    if pay is None:
+                        break
                     rng = np.random.default_rng((seed, 0x5AE, ti, si))
                     slots = seeded_slots(n_slots(strategy, pay), starts[ti], len(base), rng)
-                    ids, pos = inject(strategy, base, pay, slots, seq_len)
+                    ids, pos = inject(strategy, base, pay, slots, seq_len, rule)
                     n_inj = sum(len(c) for c in pay.chunks) if strategy != "replace" else len(pay.chunks)
                     if len(pos) != n_inj or any(not 1 <= p < min(seq_len, len(ids)) for p in pos):
                         violations += 1
@@ -259,15 +302,21 @@ def classify(d: float, p: float) -> str:
     return "context_dependent"
 
 
-def score_rows(feature: int, arm: str, strategy: str, base: np.ndarray, inj: np.ndarray) -> dict:
+def score_rows(feature: int, arm: str, strategy: str, base: np.ndarray, inj: np.ndarray, stats: str = "reference"
+               ) -> dict:
+    """Means, d and two-sided p of one (feature, arm, strategy): reference = Cohen's d with population variances
+    (ddof 0) and Student's t, as the released code; welch = sample variances (ddof 1) and Welch's t."""
+    ref = stats == "reference"
+    d = cohen_d_avg(inj, base, ddof=0, constant=0.0) if ref else cohen_d_avg(inj, base)
+    p = student_p(inj, base) if ref else welch_p(inj, base)
     return {"feature": feature, "arm": arm, "strategy": strategy, "mean_base": float(np.mean(base)),
-            "mean_inj": float(np.mean(inj)), "d": cohen_d_avg(inj, base), "p": welch_p(inj, base), "n": len(inj)}
+            "mean_inj": float(np.mean(inj)), "d": d, "p": p, "n": len(inj)}
 
 
 def summarize_feature(rows: pd.DataFrame, gap: float) -> dict:
     """Best strategy (argmax d, ties by strategy order) per arm, its class and the share of the gap it closes."""
     out = {}
-    for arm, prefix in (("real", ""), ("control", "control_")):
+    for arm, prefix in (("real", ""), ("control", "control_"), ("alt", "alt_")):
         sub = rows[rows.arm == arm]
         if not len(sub):
             out.update({f"{prefix}best_strategy": None, f"{prefix}best_d": float("nan"), f"{prefix}best_p": 1.0,

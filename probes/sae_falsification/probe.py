@@ -31,6 +31,7 @@ from .corpora import NAMES, Sample, build_corpora, reasoning_problem, steering_p
 from .detection import detect, family_auc, oracle_auc
 from .generator import make_generator
 from .injection import (
+    REF_POOL,
     control_pool,
     draw_control,
     injection_jobs,
@@ -275,7 +276,7 @@ def injection_study(cfg, ctx: RunContext, model, sae, site, samples, scan, label
                               "control_log_freq": float(pool.log_freq[t2]), "window": window})
         grams = {}
         for kind in ("frequent_bigram", "frequent_trigram", "bigram_before", "trigram"):
-            for g, c in ft.ngrams.get(kind, [])[:2]:
+            for g, c in ft.ngrams.get(kind, [])[: REF_POOL if kind == "frequent_bigram" else 2]:
                 t = next((x for x in (g[1:2] if len(g) == 3 else g) if x in swap), g[0])
                 rng = np.random.default_rng((cfg.seed, f, t, 1))
                 grams[tuple(g)] = match_ngram(tuple(g), swap, c, ids, valid, rng)
@@ -290,8 +291,10 @@ def injection_study(cfg, ctx: RunContext, model, sae, site, samples, scan, label
                           cfg.batch_size).sample_max.numpy()
     word_start = word_start_fn(tok)
     comma = tok.encode(",", add_special_tokens=False)[-1]
-    jobs, seqs, violations = injection_jobs(analysed, tokens, {"real": {}, "control": control}, bases,
-                                            cfg.injection_strategies, cfg.seq_len, cfg.seed, word_start, comma)
+    alt = "top" if cfg.injection_payload == "reference" else "reference"
+    rules = {"real": cfg.injection_payload, "control": cfg.injection_payload, "alt": alt}
+    jobs, seqs, violations = injection_jobs(analysed, tokens, {"real": {}, "control": control, "alt": {}}, bases,
+                                            cfg.injection_strategies, cfg.seq_len, cfg.seed, word_start, comma, rules)
     scores = feature_max(model, sae, site, seqs, [j["feature"] for j in jobs], cfg.batch_size,
                          pad_token_id(tok)) if seqs else np.zeros(0)
     frame = pd.DataFrame(jobs).assign(score=scores) if jobs else pd.DataFrame(
@@ -299,7 +302,7 @@ def injection_study(cfg, ctx: RunContext, model, sae, site, samples, scan, label
     rows = []
     for (f, arm, strategy), g in frame.groupby(["feature", "arm", "strategy"], sort=False):
         base = base_max[g.text.to_numpy(), f]
-        rows.append(score_rows(int(f), arm, strategy, base, g.score.to_numpy()))
+        rows.append(score_rows(int(f), arm, strategy, base, g.score.to_numpy(), cfg.injection_stats))
     inj = pd.DataFrame(rows, columns=["feature", "arm", "strategy", "mean_base", "mean_inj", "d", "p", "n"])
     order = {s: i for i, s in enumerate(cfg.injection_strategies)}
     inj = inj.sort_values(["feature", "arm", "strategy"], key=lambda c: c.map(order) if c.name == "strategy" else c,
@@ -434,7 +437,8 @@ def features_frame(det, candidates, tokens, per_feature, loop_feats, analysed, c
              "analysed": f in analysed}
         pf = per_feature.get(f, {})
         for k in ("best_strategy", "best_d", "best_p", "class", "transfer", "control_best_strategy",
-                  "control_best_d", "control_best_p", "control_class", "control_transfer"):
+                  "control_best_d", "control_best_p", "control_class", "control_transfer", "alt_best_strategy",
+                  "alt_best_d", "alt_best_p", "alt_class", "alt_transfer"):
             r[k] = pf.get(k)
         lf = loop_by.get(f)
         if lf is not None:
@@ -465,6 +469,7 @@ def summarize(cfg, det, candidates, unfiltered, features, loop, oracles, violati
     frac = lambda mask: float(mask.sum()) / n_ana if n_ana else None  # noqa: E731
     cls, ccls = ana["class"] if n_ana else pd.Series(dtype=str), ana["control_class"] if n_ana else pd.Series(
         dtype=str)
+    acls = ana["alt_class"] if n_ana else pd.Series(dtype=str)
     loop_rows = features[features.loop_status.isin(["analysed", "forced"])] if len(features) else features
     cand = loop.candidates
     top_auc = float(det.set_index("feature").auc[candidates[0]]) if candidates else None
@@ -479,6 +484,10 @@ def summarize(cfg, det, candidates, unfiltered, features, loop, oracles, violati
         "n_analysed_injection": n_ana,
         "frac_token_driven": frac(cls.isin(DRIVEN)),
         "frac_token_driven_control": frac(ccls.isin(DRIVEN)),
+        # the same classes under both payload rules (the configured one is frac_token_driven)
+        f"frac_token_driven_{cfg.injection_payload}_payload": frac(cls.isin(DRIVEN)),
+        f"frac_token_driven_{'top' if cfg.injection_payload == 'reference' else 'reference'}_payload":
+            frac(acls.isin(DRIVEN)),
         "frac_token_driven_strong": frac(cls == "token_driven"),
         "frac_token_driven_control_strong": frac(ccls == "token_driven"),
         "frac_token_driven_transfer": frac(cls.isin(DRIVEN) & (ana.transfer.astype(float) >= 0.5)) if n_ana else None,

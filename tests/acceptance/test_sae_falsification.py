@@ -60,8 +60,8 @@ def checks(run) -> dict[str, tuple[bool, str]]:
     # 3. injection and control
     inj = run.table("injection")
     shape = (inj.feature.nunique(), inj.strategy.nunique(), int(inj.n.max()) if len(inj) else 0)
-    check("3: 16 features x 4 strategies x 40 texts, real and control",
-          shape == (16, 4, 40) and set(inj.arm) == {"real", "control"}, f"{shape}")
+    check("3: 16 features x 4 strategies x 40 texts, real, control and the other payload",
+          shape == (16, 4, 40) and set(inj.arm) == {"real", "control", "alt"}, f"{shape}")
     real, ctrl = g("frac_token_driven"), g("frac_token_driven_control")
     check("3: frac_token_driven >= 0.4", real >= 0.4,
           f"{real:.3f} ({m.get('n_token_driven')} token-driven, {m.get('n_partially')} partially, "

@@ -31,7 +31,8 @@ def test_top_tokens_switch_features_on_more_than_matched_random_tokens(quick):
                          f"{m['n_analysed_injection']} features ({m['n_candidates']} candidates)")
     inj = quick.table("injection")
     assert set(inj.strategy) == {"prepend", "bigram_before"} or set(inj.strategy) == {"prepend"}
-    assert set(inj.arm) == {"real", "control"} and m["n_analysed_injection"] == 6
+    assert set(inj.arm) == {"real", "control", "alt"} and m["n_analysed_injection"] == 6
+    assert m["frac_token_driven_reference_payload"] == real and m["frac_token_driven_top_payload"] is not None
     assert m["injection_position_violations"] == 0
 
 
