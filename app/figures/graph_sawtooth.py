@@ -259,3 +259,35 @@ def task_bars(evals: pd.DataFrame) -> go.Figure:
     fig.update_layout(barmode="group", title="Test accuracy per task", yaxis_title="accuracy",
                       yaxis_range=[0, 1.02], height=340, margin={"t": 50})
     return fig
+
+
+CURVE_COLOURS = {"base": "#616161", "slash": "#c62828", "random_s": "#1565c0"}
+CURVE_NAMES = {"base": "base model", "slash": "SLASH on S", "random_s": "SLASH on random layers"}
+
+
+def gamma_response(curve: pd.DataFrame) -> go.Figure:
+    """The graded study: test accuracy (left) and the mean change of the answer's margin over the best other
+    candidate against the base model (right) per gamma, for base, SLASH on S and SLASH on random layers, with the
+    bootstrap 95 % intervals as error bars (random layers: one line per seed)."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("test accuracy", "Δ answer margin vs base (log-prob)"))
+    for (cond, seed), g in curve.groupby(["condition", "seed"], sort=False):
+        g = g.sort_values("gamma")
+        name = CURVE_NAMES.get(cond, cond) + (f" (seed {seed})" if cond == "random_s" and seed else "")
+        colour = CURVE_COLOURS.get(cond, "#000")
+        hover = [f"layers {x or '—'}, flipped {f:.2f}" for x, f in zip(g["layers"], g["frac_flipped"])]
+        fig.add_trace(go.Scatter(
+            x=g["gamma"], y=g["acc"], mode="lines+markers", name=name, legendgroup=name, line={"color": colour},
+            error_y={"type": "data", "symmetric": False, "array": g["acc_ci_hi"] - g["acc"],
+                     "arrayminus": g["acc"] - g["acc_ci_lo"]}, hovertext=hover), row=1, col=1)
+        fig.add_trace(go.Scatter(
+            x=g["gamma"], y=g["margin_change"], mode="lines+markers", name=name, legendgroup=name, showlegend=False,
+            line={"color": colour}, error_y={"type": "data", "symmetric": False,
+                                             "array": g["margin_change_ci_hi"] - g["margin_change"],
+                                             "arrayminus": g["margin_change"] - g["margin_change_ci_lo"]},
+            hovertext=hover), row=1, col=2)
+    fig.add_hline(y=0, line_dash="dot", line_color="#888", row=1, col=2)
+    fig.update_xaxes(title_text="γ (sink mass kept)")
+    fig.update_yaxes(range=[-0.02, 1.02], row=1, col=1)
+    fig.update_layout(title="SLASH response over the γ grid (test split, 95 % bootstrap intervals)", height=400,
+                      margin={"t": 70})
+    return fig

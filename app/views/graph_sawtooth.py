@@ -75,6 +75,13 @@ def render(run: Run) -> None:
                    "margin over the best other candidate, and |Δ log p(answer)| against γ = 1.")
         st.dataframe(sweep[sweep["task"] == "all"][["gamma", "acc_cal", "margin", "mean_abs_dlogprob"]],
                      hide_index=True)
+    if "gamma_curve.parquet" in run.manifest.get("files", {}):
+        curve = run.table("gamma_curve")
+        st.plotly_chart(F.gamma_response(curve), key="graph_sawtooth.response")
+        st.caption("The graded study (gamma_curve = true): every γ of the grid on the test split, SLASH on S against "
+                   "the same edit on random layers. The margin is the answer's summed log-probability minus the best "
+                   "other candidate's; it moves even where no argmax flips.")
+        st.dataframe(curve, hide_index=True)
     ev = run.table("eval")
     left, right = st.columns(2)
     with left:

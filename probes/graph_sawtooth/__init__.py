@@ -75,6 +75,12 @@ class GraphSawtoothConfig(ProbeConfig):
     """Prompts per forward pass (left padding; the sink column comes from the attention mask)."""
     n_roi_maps: int = 3
     """Selection samples whose ROI maps (raw, binary, template) are stored for every layer (at most n_select)."""
+    gamma_curve: bool = False
+    """Also score the test split at every gamma of the grid with SLASH on S and on random layer sets (accuracy and
+    answer-margin change with bootstrap intervals, `gamma_curve.parquet`): the graded study; it adds
+    (len(gamma_grid) - 1) x (1 + gamma_curve_random_seeds) scoring passes over the test split."""
+    gamma_curve_random_seeds: int = 1
+    """Random layer sets (the test's first ones) the gamma curve scores."""
     n_boot: int = 1000
     """Bootstrap resamples of the test items for the accuracy intervals."""
 
@@ -94,6 +100,7 @@ class GraphSawtoothConfig(ProbeConfig):
             "n_random_layer_seeds": 1,
             "ppl_tokens": 256,
             "n_boot": 200,
+            "gamma_curve": True,
         },
         "quick": {
             "n_select": 10,
@@ -155,6 +162,10 @@ class GraphSawtoothConfig(ProbeConfig):
         check_range("batch_size", self.batch_size, 1, 1024)
         check_range("n_roi_maps", self.n_roi_maps, 0, 100)
         check_range("n_boot", self.n_boot, 10, 100000)
+        if self.gamma_curve_random_seeds > self.n_random_layer_seeds:
+            raise ConfigError("gamma_curve_random_seeds", self.gamma_curve_random_seeds,
+                              f"at most n_random_layer_seeds={self.n_random_layer_seeds}")
+        check_range("gamma_curve_random_seeds", self.gamma_curve_random_seeds, 0, 100)
 
     def validate_data(self, limits: ModelLimits) -> None:
         super().validate_data(limits)

@@ -58,13 +58,20 @@ def run(cfg: GraphSawtoothConfig, ctx: RunContext) -> None:
     gamma_best = pick_gamma(sweep["table"])
     with timed(times, "test"):  # 6. test: base, SLASH on S, SLASH on random layers
         evals = evaluate(model, split["test"], cands, S, gamma_best, cfg, ctx)
+    curve = None
+    if cfg.gamma_curve:  # 6b. the graded study: test accuracy and answer margin at every gamma of the grid
+        with timed(times, "gamma_curve"):
+            curve = gamma_curve(model, split["test"], cands, S, evals, cfg, ctx)
+        ctx.save_table("gamma_curve", curve)
     gamma_ctl = gamma_best if gamma_best < 1 else PAPER_GAMMA
     with timed(times, "controls"):  # 7. non-graph perplexity, downstream structure
         controls = run_controls(model, split["select"], layers, S, gamma_ctl, cfg, ctx)
 
     invariants = invariant_table([checks["slash"], *sweep["slashes"], *evals["slashes"], *controls["slashes"]])
+    # (the gamma curve's edits are the same Slash class on other gammas and layers; its invariants are not re-listed)
     save(ctx, cfg, samples, items, struct, layers, sel, sweep, evals, controls, invariants)
-    ctx.log_metrics(**metrics(cfg, layers, sel, checks, invariants, sweep, gamma_best, evals, controls, gamma_ctl))
+    ctx.log_metrics(**metrics(cfg, layers, sel, checks, invariants, sweep, gamma_best, evals, controls, gamma_ctl),
+                    **(curve_metrics(curve) if curve is not None else {}))
     ctx.log_timings(**{f"seconds_{k}": round(v, 2) for k, v in times.items()})
 
 
@@ -321,7 +328,73 @@ def evaluate(model, items, cands, S, gamma, cfg: GraphSawtoothConfig, ctx: RunCo
         sel = (table.condition == name) & (table.task == "all")
         table.loc[sel, "ci_lo"], table.loc[sel, "ci_hi"] = lo, hi
     return {"table": table, "predictions": pd.DataFrame(preds), "bootstrap": boot, "random_sets": random_sets,
-            "slashes": slashes}
+            "slashes": slashes, "base_scores": base}
+
+
+def answer_margin(items, scores) -> np.ndarray:
+    """Per item: the answer's summed log-probability minus the best other candidate's (> 0: answered right)."""
+    return np.array([s[t.sample.answer_index] - np.delete(s, t.sample.answer_index).max()
+                     for t, s in zip(items, scores)])
+
+
+def gamma_curve(model, items, cands, S, evals: dict, cfg: GraphSawtoothConfig, ctx: RunContext) -> pd.DataFrame:
+    """Test accuracy and the answer margin's change against the base model at every gamma of the grid, with SLASH on
+    S and on the first `gamma_curve_random_seeds` random layer sets of the test, each with a task-stratified
+    bootstrap 95 % interval (the same resampled items for every row). The margin moves even where the argmax holds.
+
+    Rows: gamma, condition (base | slash | random_s), seed, layers, acc, acc_ci_lo/hi, margin, margin_change,
+    margin_change_ci_lo/hi, frac_flipped (items whose correctness changed), n."""
+    c = _cands(items, cands)
+    base = evals["base_scores"]
+    m_base = answer_margin(items, base)
+    ok_base = _accuracy(items, base)[0] > 0
+    tasks = np.array([t.sample.task for t in items])
+    groups = [np.flatnonzero(tasks == task) for task in dict.fromkeys(tasks.tolist())]
+    draws = [np.concatenate([ctx.rng.choice(g, size=g.size, replace=True) for g in groups]) for _ in range(cfg.n_boot)]
+    task_of = [tasks[d] for d in draws]
+
+    def acc(ok, idx=None, tk=None):  # unweighted mean over tasks, as the test accuracy
+        ok, tk = (ok, tasks) if idx is None else (ok[idx], tk)
+        return float(np.mean([ok[tk == task].mean() for task in dict.fromkeys(tasks.tolist())]))
+
+    def row(gamma, name, seed, layers, scores):
+        margin, ok = answer_margin(items, scores), _accuracy(items, scores)[0] > 0  # argmax ties as the test
+        a = [acc(ok, d, tk) for d, tk in zip(draws, task_of)]
+        dm = margin - m_base
+        b = [float(dm[d].mean()) for d in draws]
+        return {"gamma": gamma, "condition": name, "seed": seed, "layers": ",".join(map(str, layers)),
+                "acc": acc(ok), "acc_ci_lo": float(np.percentile(a, 2.5)), "acc_ci_hi": float(np.percentile(a, 97.5)),
+                "margin": float(margin.mean()), "margin_change": float(dm.mean()),
+                "margin_change_ci_lo": float(np.percentile(b, 2.5)),
+                "margin_change_ci_hi": float(np.percentile(b, 97.5)),
+                "frac_flipped": float((ok != ok_base).mean()), "n": len(items)}
+
+    conds = [("slash", 0, S)] + [("random_s", i, r) for i, r in
+                                  enumerate(evals["random_sets"][: cfg.gamma_curve_random_seeds])]
+    rows = []
+    for gamma in cfg.gamma_grid:
+        rows.append(row(gamma, "base", 0, [], base))
+        for name, seed, layers in conds:
+            if gamma == 1.0:  # gamma = 1 is exactly the base model (verify_slash checks it)
+                rows.append(row(gamma, name, seed, layers, base))
+                continue
+            sl = Slash(layers, gamma, cfg.sink_offsets)
+            scores = score_all(model, items, c, cfg.batch_size, sl,
+                               progress=lambda it, g=gamma, n=name: ctx.tqdm(it, desc=f"curve {n} gamma={g}"))
+            rows.append(row(gamma, name, seed, layers, scores))
+    return pd.DataFrame(rows)
+
+
+def curve_metrics(curve: pd.DataFrame) -> dict:
+    """Headline numbers of the gamma curve: the best SLASH accuracy gain over base and its gamma, and the largest
+    mean margin change on S and on random layers."""
+    sl, rnd = curve[curve.condition == "slash"], curve[curve.condition == "random_s"]
+    base = float(curve[curve.condition == "base"].acc.iloc[0])
+    best = sl.sort_values("gamma", ascending=False, kind="stable").loc[lambda d: d.acc.idxmax()]  # ties: larger gamma
+    return {"curve_best_gamma": float(best.gamma), "curve_best_acc_gain": float(best.acc - base),
+            "curve_best_acc_ci_lo": float(best.acc_ci_lo), "curve_best_acc_ci_hi": float(best.acc_ci_hi),
+            "curve_max_abs_margin_change_slash": float(sl.margin_change.abs().max()),
+            "curve_max_abs_margin_change_random": float(rnd.margin_change.abs().max()) if len(rnd) else None}
 
 
 def bootstrap(items, correct: dict, cfg: GraphSawtoothConfig, rng: np.random.Generator) -> dict:

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def quick(model, tmp_path_factory):
-    spec, cfg = prepare("graph_sawtooth", {"size": "quick"})
+    spec, cfg = prepare("graph_sawtooth", {"size": "quick", "gamma_curve": True})
     return load_run(execute(spec, cfg, out=tmp_path_factory.mktemp("graph_sawtooth"), model=model, progress=False))
 
 
@@ -55,3 +55,18 @@ def test_selection_and_artifacts_are_well_formed(quick):
     samples = quick.table("samples")
     assert (samples.split == "test").sum() == 16 and all(json.loads(s) for s in samples.spans)
     assert 0 < m["ppl_ratio_nongraph"] < 2 and m["sink_mass_mean"] > 0
+
+
+def test_gamma_curve_moves_the_answer_margin_only_below_gamma_one(quick):
+    """The graded study's table: at gamma = 1 every condition is the base model (margin change exactly 0); below it
+    SLASH on S moves the answer margins (the edit reaches the scores even where no argmax flips)."""
+    curve = quick.table("gamma_curve")
+    assert sorted(curve.gamma.unique()) == [0.4, 0.6, 1.0] and set(curve.condition) == {"base", "slash", "random_s"}
+    one = curve[curve.gamma == 1.0]
+    assert (one.margin_change == 0).all() and (one.frac_flipped == 0).all() and one.acc.nunique() == 1
+    below = curve[(curve.gamma < 1) & (curve.condition == "slash")]
+    assert (below.margin_change.abs() > 1e-4).all(), below[["gamma", "margin_change"]].to_dict("records")
+    assert ((curve.acc_ci_lo <= curve.acc) & (curve.acc <= curve.acc_ci_hi)).all()
+    assert ((curve.margin_change_ci_lo <= curve.margin_change + 1e-12)
+            & (curve.margin_change <= curve.margin_change_ci_hi + 1e-12)).all()
+    assert quick.metrics["curve_max_abs_margin_change_slash"] == pytest.approx(below.margin_change.abs().max())
