@@ -252,11 +252,19 @@ def tf_error(tf: pd.DataFrame) -> go.Figure:
     return fig
 
 
+def _lr_name(v: str, lr, many: bool) -> str:
+    return f"{v} lr {lr:g}" if many else v
+
+
 def sft_curves(curves: pd.DataFrame) -> go.Figure:
     fig = go.Figure()
-    for v in curves["variant"].unique():
-        rows = curves[curves.variant == v].sort_values("step")
-        fig.add_trace(go.Scatter(x=rows["step"], y=rows["loss"], mode="lines+markers", name=v,
+    key = "run_lr" if "run_lr" in curves else None
+    groups = curves.groupby(["variant", key] if key else ["variant"], sort=False)
+    many = key is not None and curves[key].nunique() > 1
+    for g_key, rows in groups:
+        v, lr = (g_key if key else (g_key[0], None))
+        rows = rows.sort_values("step")
+        fig.add_trace(go.Scatter(x=rows["step"], y=rows["loss"], mode="lines", name=_lr_name(v, lr, many),
                                  line={"color": COLOURS.get(v, "#999")}))
     fig.update_layout(title="SFT loss (completion tokens)", xaxis_title="step", yaxis_title="loss", height=340)
     return fig
@@ -264,12 +272,49 @@ def sft_curves(curves: pd.DataFrame) -> go.Figure:
 
 def gain_vs_forgetting(sft: pd.DataFrame) -> go.Figure:
     fig = go.Figure()
+    many = "lr" in sft and sft["lr"].nunique() > 1
     for r in sft.itertuples():
-        fig.add_trace(go.Scatter(x=[r.gain], y=[r.ppl_ratio], mode="markers+text", name=r.variant,
-                                 text=[r.variant], textposition="top center",
+        label = _lr_name(r.variant, getattr(r, "lr", None), many)
+        fig.add_trace(go.Scatter(x=[r.gain], y=[r.ppl_ratio], mode="markers+text", name=label,
+                                 text=[label], textposition="top center",
                                  marker={"size": 14, "color": COLOURS.get(r.variant, "#999")}))
     fig.add_hline(y=1.0, line_dash="dot")
     fig.add_vline(x=0.0, line_dash="dot")
     fig.update_layout(title="Gain vs forgetting (right and low is better)", xaxis_title="held-out accuracy gain",
                       yaxis_title="broad perplexity after / before", showlegend=False, height=360)
+    return fig
+
+
+def sft_lr_sweep(sft: pd.DataFrame) -> go.Figure:
+    """Task gain (left) and broad perplexity ratio (right) against the learning rate, per variant (full: one lr)."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("held-out accuracy gain", "broad perplexity after / before"))
+    for v, g in sft.groupby("variant", sort=False):
+        g = g.sort_values("lr")
+        mode = "lines+markers" if len(g) > 1 else "markers"
+        colour = COLOURS.get(v, "#999")
+        fig.add_trace(go.Scatter(x=g["lr"], y=g["gain"], mode=mode, name=v, legendgroup=v, line={"color": colour},
+                                 marker={"size": 10}), row=1, col=1)
+        fig.add_trace(go.Scatter(x=g["lr"], y=g["ppl_ratio"], mode=mode, name=v, legendgroup=v, showlegend=False,
+                                 line={"color": colour}, marker={"size": 10}), row=1, col=2)
+    fig.update_xaxes(type="log", title_text="learning rate")
+    fig.add_hline(y=0.0, line_dash="dot", row=1, col=1)
+    fig.add_hline(y=1.0, line_dash="dot", row=1, col=2)
+    fig.update_layout(title="Learning-rate sweep (same steps, same data order)", height=380)
+    return fig
+
+
+def sft_progress(evals: pd.DataFrame) -> go.Figure:
+    """Held-out gain (left) and broad perplexity ratio (right) against the optimizer step, per (variant, lr)."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("held-out accuracy gain", "broad perplexity after / before"))
+    many = evals["lr"].nunique() > 1
+    for (v, lr), g in evals.groupby(["variant", "lr"], sort=False):
+        g = g.sort_values("step")
+        name = _lr_name(v, lr, many)
+        colour = COLOURS.get(v, "#999")
+        fig.add_trace(go.Scatter(x=g["step"], y=g["gain"], mode="lines+markers", name=name, legendgroup=name,
+                                 line={"color": colour}), row=1, col=1)
+        fig.add_trace(go.Scatter(x=g["step"], y=g["ppl_ratio"], mode="lines+markers", name=name, legendgroup=name,
+                                 showlegend=False, line={"color": colour}), row=1, col=2)
+    fig.update_xaxes(title_text="optimizer step")
+    fig.update_layout(title="Gain and forgetting on the same steps", height=380)
     return fig

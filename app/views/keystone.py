@@ -238,6 +238,15 @@ def sft_panel(run: Run) -> None:
     if _has(run, "sft_curves"):
         left.plotly_chart(F.sft_curves(run.table("sft_curves")), key=K + "curves")
     right.plotly_chart(F.gain_vs_forgetting(sft), key=K + "gain")
+    if "lr" in sft and sft["lr"].nunique() > 1:
+        st.plotly_chart(F.sft_lr_sweep(sft), key=K + "lr_sweep")
+        st.caption("The sparse masks at every sft.lr_sweep value against full fine-tuning at sft.lr, all on the same "
+                   "steps and data order, with the released trainer's settings (linear schedule, clip 1.0, no decay "
+                   "on biases and norms).")
+    if _has(run, "sft_evals"):
+        evals = run.table("sft_evals")
+        if evals["step"].nunique() > 2:
+            st.plotly_chart(F.sft_progress(evals), key=K + "progress")
 
 
 def prompts_panel(run: Run) -> None:

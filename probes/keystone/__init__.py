@@ -29,7 +29,13 @@ class SFTConfig:
     """strict: only the slices change (frozen entries restored after each step); paper: the released
     code's masking (only q/k/v/o/up/down gradients masked; gate, norms, embeddings stay trainable)."""
     lr: float = 2e-4
-    """AdamW learning rate, the same for every variant."""
+    """AdamW learning rate of every variant (the headline metrics are at this lr)."""
+    lr_sweep: tuple[float, ...] = ()
+    """Extra learning rates for the sparse variants (keystone, random, mask_keystone), each trained from the original
+    weights on the same data order: sparse updates may need larger steps than full fine-tuning (full runs at lr)."""
+    eval_every: int = 0
+    """Also score held-out accuracy and broad perplexity every this many optimizer steps (0: after training only),
+    so that gains can be compared on the same steps and full fine-tuning's plateau seen (`sft_evals`)."""
     epochs: int = 2
     """Passes over the training examples."""
     batch: int = 8
@@ -211,6 +217,9 @@ class KeystoneConfig(ProbeConfig):
         check_range("sft.warmup_frac", s.warmup_frac, 0.0, 1.0)
         check_range("sft.weight_decay", s.weight_decay, 0.0, 1.0)
         check_range("sft.max_grad_norm", s.max_grad_norm, 0.0, 1e6)
+        for lr in s.lr_sweep:
+            check_range("sft.lr_sweep", lr, 0.0, 1.0, lo_open=True)
+        check_range("sft.eval_every", s.eval_every, 0, 100000)
         check_range("sft.n_train", s.n_train, 1, 100000)
         check_range("sft.n_eval", s.n_eval, 1, 100000)
         check_range("sft.max_len", s.max_len, 16, 131072)

@@ -205,13 +205,19 @@ def sft_study(cfg: KeystoneConfig, ctx: RunContext, model, smap: SliceMap, key) 
     train_items, eval_items = sft_data(cfg.sft.n_train, cfg.sft.n_eval, cfg.seed)
     rand = matched_random(key, np.random.default_rng((cfg.seed, _RANDOM, 1)))
     chunks = ppl_chunks(model, cfg)
-    table, curves = run_sft(model, smap, key, rand, cfg.sft, train_items, eval_items, chunks,
-                            ppl_batch_size(model, cfg.ppl_len), cfg.seed, progress=ctx.tqdm)
+    table, curves, evals = run_sft(model, smap, key, rand, cfg.sft, train_items, eval_items, chunks,
+                                   ppl_batch_size(model, cfg.ppl_len), cfg.seed, progress=ctx.tqdm)
     ctx.save_table("sft", table)
     ctx.save_table("sft_curves", curves)
-    by = table.set_index("variant")
+    ctx.save_table("sft_evals", evals)
+    by = table[table.main_lr].set_index("variant")  # the headline metrics are at sft.lr
     metrics = {f"sft_task_gain_{v}": float(by.loc[v, "gain"]) for v in by.index}
     metrics.update({f"sft_broad_ppl_ratio_{v}": float(by.loc[v, "ppl_ratio"]) for v in by.index})
+    if cfg.sft.lr_sweep:  # the learning-rate sweep: each sparse variant at its best lr (ties to the smaller lr)
+        for v, g in table[table.variant != "full"].groupby("variant", sort=False):
+            best = g.sort_values(["gain", "lr"], ascending=[False, True]).iloc[0]
+            metrics.update({f"sft_best_lr_{v}": float(best.lr), f"sft_task_gain_{v}_best_lr": float(best.gain),
+                            f"sft_broad_ppl_ratio_{v}_best_lr": float(best.ppl_ratio)})
     if "keystone" in by.index:
         metrics["sft_trainable_fraction_keystone"] = float(by.loc["keystone", "trainable_fraction"])
     metrics["sft_mask_exact"] = bool(table["mask_exact"].all())

@@ -22,7 +22,7 @@ Every variant starts from the original weights, which are restored exactly after
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -205,13 +205,16 @@ def completion_logits(model, ids: Tensor, att: Tensor, tgt: Tensor) -> Tensor:
 
 
 def train(model, pl: Plan, mode: str, examples: Sequence[tuple[list[int], int]], cfg: SFTConfig,
-          originals: dict[str, Tensor], gen: torch.Generator, progress=None) -> tuple[list[dict], int]:
-    """AdamW with warmup + cosine, gradient accumulation to cfg.batch; returns the curve and the steps."""
+          originals: dict[str, Tensor], gen: torch.Generator, progress=None, lr: float | None = None,
+          on_step: Callable[[int], None] | None = None) -> tuple[list[dict], int]:
+    """AdamW at `lr` (default cfg.lr) with warmup and the configured decay, gradient accumulation to cfg.batch;
+    `on_step(n)` runs after every optimizer step n (1-based, frozen entries already restored). Returns the curve
+    and the steps."""
     params = dict(model.hf.named_parameters())
     trainable = [n for n in params if n in pl.full or n in pl.masked]
     for n in trainable:
         params[n].requires_grad_(True)
-    opt = torch.optim.AdamW(param_groups(model, trainable, cfg), lr=cfg.lr)
+    opt = torch.optim.AdamW(param_groups(model, trainable, cfg), lr=cfg.lr if lr is None else lr)
     steps_per_epoch = math.ceil(len(examples) / cfg.batch)
     total = steps_per_epoch * cfg.epochs
     warmup = math.ceil(cfg.warmup_frac * total)
@@ -257,6 +260,8 @@ def train(model, pl: Plan, mode: str, examples: Sequence[tuple[list[int], int]],
                 step += 1
                 if bar is not None:
                     bar.update(1)
+                if on_step is not None:
+                    on_step(step)
     finally:
         for n in trainable:
             params[n].requires_grad_(False)
@@ -286,32 +291,60 @@ def restore(model, originals: dict[str, Tensor]) -> None:
         p.copy_(originals[n])
 
 
+def lr_jobs(cfg: SFTConfig) -> list[tuple[str, float]]:
+    """(variant, learning rate) pairs: full at sft.lr; the sparse variants at sft.lr and every sft.lr_sweep value."""
+    out = []
+    for v in cfg.variants:
+        lrs = [cfg.lr] if v == "full" else sorted({cfg.lr, *cfg.lr_sweep})
+        out += [(v, lr) for lr in lrs]
+    return out
+
+
 def run_sft(model, smap: SliceMap, key: Mask, rand: Mask, cfg: SFTConfig, train_items, eval_items,
-            ppl_chunks: Tensor, ppl_batch: int, seed: int, progress=None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Train every variant from the original weights; accuracy and broad perplexity before and after."""
+            ppl_chunks: Tensor, ppl_batch: int, seed: int, progress=None
+            ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Train every (variant, lr) of `lr_jobs` from the original weights, on the same data order; accuracy and
+    broad perplexity before, every `eval_every` steps and after. Returns (table, loss curves, evaluations)."""
     params = dict(model.hf.named_parameters())
     total_params = sum(p.numel() for p in params.values())
     originals = {n: p.detach().clone() for n, p in params.items()}
     examples = encode(model, train_items, cfg.max_len)
     acc_before = accuracy(model, eval_items, cfg)
     ppl_before = perplexity(model, ppl_chunks, batch_size=ppl_batch, hooked=False)
-    rows, curves = [], []
+    rows, curves, evals = [], [], []
     try:
-        for v in cfg.variants:
+        for v, lr in lr_jobs(cfg):
             pl = plan(model, smap, v, cfg.mode, key, rand)
+            evals.append({"variant": v, "lr": lr, "step": 0, "task_acc": acc_before, "gain": 0.0, "ppl": ppl_before,
+                          "ppl_ratio": 1.0})
+
+            def on_step(n: int, v=v, lr=lr) -> None:
+                if cfg.eval_every and n % cfg.eval_every == 0:
+                    a = accuracy(model, eval_items, cfg)
+                    p = perplexity(model, ppl_chunks, batch_size=ppl_batch, hooked=False)
+                    evals.append({"variant": v, "lr": lr, "step": n, "task_acc": a, "gain": a - acc_before,
+                                  "ppl": p, "ppl_ratio": p / ppl_before})
+
             gen = torch.Generator().manual_seed(seed * 1_000_003 + 17)  # same data order for every variant
-            curve, steps = train(model, pl, cfg.mode, examples, cfg, originals, gen, progress)
+            curve, steps = train(model, pl, cfg.mode, examples, cfg, originals, gen, progress, lr=lr, on_step=on_step)
             exact = frozen_unchanged(model, pl, originals)
-            acc_after = accuracy(model, eval_items, cfg)
-            ppl_after = perplexity(model, ppl_chunks, batch_size=ppl_batch, hooked=False)
+            if evals[-1]["variant"] == v and evals[-1]["lr"] == lr and evals[-1]["step"] == steps:
+                acc_after, ppl_after = evals[-1]["task_acc"], evals[-1]["ppl"]
+            else:
+                acc_after = accuracy(model, eval_items, cfg)
+                ppl_after = perplexity(model, ppl_chunks, batch_size=ppl_batch, hooked=False)
+                evals.append({"variant": v, "lr": lr, "step": steps, "task_acc": acc_after,
+                              "gain": acc_after - acc_before, "ppl": ppl_after, "ppl_ratio": ppl_after / ppl_before})
             entries = pl.entries(params)
             rows.append({"variant": v, "mode": cfg.mode, "trainable_entries": entries,
                          "trainable_fraction": entries / total_params, "task_acc_before": acc_before,
                          "task_acc_after": acc_after, "gain": acc_after - acc_before, "ppl_before": ppl_before,
-                         "ppl_after": ppl_after, "ppl_ratio": ppl_after / ppl_before, "steps": steps, "lr": cfg.lr,
-                         "mask_exact": exact})
-            curves += [{"variant": v, **c} for c in curve]
+                         "ppl_after": ppl_after, "ppl_ratio": ppl_after / ppl_before, "steps": steps, "lr": lr,
+                         "main_lr": lr == cfg.lr, "mask_exact": exact})
+            curves += [{"variant": v, "run_lr": lr, **c} for c in curve]
             restore(model, originals)
     finally:
         restore(model, originals)
-    return pd.DataFrame(rows), pd.DataFrame(curves, columns=["variant", "step", "loss", "lr", "grad_norm"])
+    return (pd.DataFrame(rows),
+            pd.DataFrame(curves, columns=["variant", "run_lr", "step", "loss", "lr", "grad_norm"]),
+            pd.DataFrame(evals, columns=["variant", "lr", "step", "task_acc", "gain", "ppl", "ppl_ratio"]))

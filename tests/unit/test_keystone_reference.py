@@ -137,3 +137,36 @@ def test_weight_decay_skips_biases_and_norms(tiny_model):
     assert [g["weight_decay"] for g in groups] == [0.1, 0.0]
     assert sum(len(g["params"]) for g in groups) == len(every)
     assert len(param_groups(tiny_model, every, SFTConfig(weight_decay=0.1, decay_all=True))) == 1
+
+
+def test_lr_sweep_trains_the_sparse_masks_at_every_lr_and_scores_the_same_steps(tiny_model):
+    from interp.intervene import weights_digest
+    from probes.keystone import SFTConfig
+    from probes.keystone.data import sft_data
+    from probes.keystone.neurons import SliceMap, widths
+    from probes.keystone.sft import lr_jobs, run_sft
+
+    w = widths(tiny_model.info)
+    key = {t: np.zeros((tiny_model.info.n_layers, w[t]), bool) for t in w}
+    key["fwd_up"][0, [1, 4]] = True
+    rand = {t: np.zeros_like(m) for t, m in key.items()}
+    rand["fwd_up"][1, [2, 3]] = True
+    cfg = SFTConfig(enable=True, lr=1e-3, lr_sweep=(1e-2, 1e-3), epochs=2, batch=4, micro_batch=4, n_train=8,
+                    n_eval=2, eval_every=2, max_new_tokens=4, variants=("keystone", "random", "full"))
+    assert lr_jobs(cfg) == [("keystone", 1e-3), ("keystone", 1e-2), ("random", 1e-3), ("random", 1e-2),
+                            ("full", 1e-3)]
+    train_items, eval_items = sft_data(8, 2)
+    digest = weights_digest(tiny_model)
+    chunks = torch.randint(10, 1000, (2, 8))
+    table, curves, evals = run_sft(tiny_model, SliceMap(tiny_model), key, rand, cfg, train_items, eval_items,
+                                   chunks, 2, 0)
+    assert weights_digest(tiny_model) == digest
+    assert list(zip(table.variant, table.lr)) == lr_jobs(cfg) and table.main_lr.sum() == 3
+    assert set(evals.step) == {0, 2, 4} and len(evals) == 5 * 3  # before, every 2 steps, and the last step once
+    last = evals[evals.step == 4].set_index(["variant", "lr"])
+    for r in table.itertuples():
+        assert last.loc[(r.variant, r.lr), "ppl"] == pytest.approx(r.ppl_after)
+    # a larger lr moves the sparse slices further: the losses of the two keystone runs part after step 0
+    k = curves[curves.variant == "keystone"]
+    lo, hi = k[k.run_lr == 1e-3].loss.to_numpy(), k[k.run_lr == 1e-2].loss.to_numpy()
+    assert lo[0] == pytest.approx(hi[0]) and not np.allclose(lo[1:], hi[1:])
