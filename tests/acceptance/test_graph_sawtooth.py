@@ -84,11 +84,17 @@ def checks(run) -> tuple[dict[str, tuple[bool, str]], dict[str, tuple[bool, str]
           f"{g('acc_slash_minus_random_ci_hi'):+.3f}] (random {g('acc_random_layers'):.3f})", reported)
     check("ppl_ratio_nongraph <= 1.05", g("ppl_ratio_nongraph") <= 1.05,
           f"{g('ppl_ratio_nongraph'):.4f} at gamma {m.get('gamma_controls')}", reported)
+    if m.get("curve_best_gamma") is not None:  # graded: the gamma curve (gamma_curve.parquet)
+        check("curve: best SLASH accuracy gain over base > 0", g("curve_best_acc_gain") > 0,
+              f"{g('curve_best_acc_gain'):+.3f} at gamma {m.get('curve_best_gamma')} (95 % CI of that accuracy "
+              f"{g('curve_best_acc_ci_lo'):.3f} .. {g('curve_best_acc_ci_hi'):.3f}); max |mean margin change| "
+              f"{g('curve_max_abs_margin_change_slash'):.3f} on S vs {g('curve_max_abs_margin_change_random'):.3f} "
+              "on random layers", reported)
     return gated, reported
 
 
 def test_acceptance_on_the_embedded_model(model):
-    spec, cfg = prepare("graph_sawtooth", {})
+    spec, cfg = prepare("graph_sawtooth", {"gamma_curve": True})  # the graded gamma study rides along
     run = load_run(execute(spec, cfg, out=ROOT / "artifacts", model=model, progress=False))
     gated, reported = checks(run)
     report = {
