@@ -30,16 +30,22 @@ class SelfInterpConfig(ProbeConfig):
     """Layers for recall by layer (identity, scalar_affine, logit lens): a value < 1 is a fraction of n_layers,
     else a layer index; () skips the sweep. (0.4, 0.6, 0.8, 0.9) is [12, 18, 24, 27] on SmolLM2."""
     topics_file: str | None = None
-    """JSONL of {topic, category, aliases} rows replacing the built-in 400-topic list (a topic repeated, in any case,
+    """JSONL of {topic, category, aliases} rows replacing the built-in 500-topic list (a topic repeated, in any case,
     is used once, with a warning)."""
-    heldout_frac: float = 0.2
-    """Within each category, the first ceil(frac * n_c) shuffled topics are held out."""
-    topic_cap: int | None = 300
-    """Keep floor(cap * n_c / N) topics per category from the same shuffle (CPU budget); None keeps all."""
+    heldout_frac: float = 0.25
+    """Within each category, the first ceil(frac * n_c) kept topics (in shuffled order) are held out (100 of the
+    default 400)."""
+    topic_cap: int | None = 400
+    """Keep floor(cap * n_c / N) topics per category from the same shuffle (CPU budget: 400 of the built-in 500,
+    16 per category); None keeps all."""
     val_frac: float = 0.1
     """Share of the training topics used for validation (identity scale and early model choice)."""
     placeholder: str | None = None
     """Placeholder token; None = the first single token of a preference list absent from the template."""
+    template_system: Literal["none", "default"] = "none"
+    """System turn of the injection template: none (the reference's hand-written template has none) or default
+    (the chat template's default system prompt, which SmolLM2 inserts). The topic prompt keeps the default, as the
+    reference's extraction renders it with the chat template."""
     variants: tuple[str, ...] = ("identity", "scale_only", "bias_only", "scalar_affine", "low_rank", "full_rank")
     """Adapters to train and evaluate (identity, scale_only, bias_only, scalar_affine, low_rank, full_rank,
     low_rank_only)."""
@@ -48,7 +54,8 @@ class SelfInterpConfig(ProbeConfig):
     low_rank_rank: int = 8
     """Rank r of the low-rank term U (V^T v)."""
     low_rank_init: float = 0.01
-    """U and V are drawn with std low_rank_init / sqrt(r)."""
+    """U and V are drawn with std init_scale * low_rank_init / sqrt(r) (the reference's, with init_scale the initial
+    exp(s) in absolute units)."""
     identity_scales: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
     """Identity-injection scales, in multiples of the median token-embedding norm; the best by validation loss is s*."""
     init_scale: float | None = 2.0
@@ -56,7 +63,7 @@ class SelfInterpConfig(ProbeConfig):
     lr: float = 1e-2
     """AdamW learning rate."""
     weight_decay: float = 0.01
-    """AdamW weight decay."""
+    """AdamW weight decay of bias, U, V and A (none on log_scale, as in the reference)."""
     epochs: int = 2
     """Passes over the training pairs."""
     batch_size: int = 16
@@ -64,7 +71,8 @@ class SelfInterpConfig(ProbeConfig):
     clip: float = 0.5
     """Gradient-norm clip."""
     warmup: int = 10
-    """Linear warmup steps before the cosine decay."""
+    """Linear warmup steps (from 1e-6 x lr, as the reference's LinearLR) before the cosine decay; a run of at most
+    `warmup` steps warms up over its first third instead."""
     loss_clamp: float = 100.0
     """Each target token's cross-entropy is clamped at this value."""
     eval_every: int = 5
@@ -117,7 +125,7 @@ class SelfInterpConfig(ProbeConfig):
 
     SIZE_PRESETS = {
         "micro": {
-            "topic_cap": 40,
+            "topic_cap": 50,
             "variants": ("identity", "scalar_affine"),
             "controls": (),
             "layer_sweep": (),

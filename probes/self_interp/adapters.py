@@ -6,9 +6,16 @@ With v_hat = v / |v| and d = d_model:
     scale_only      exp(s) v_hat                      1
     bias_only       s* v_hat + b                      d
     scalar_affine   exp(s) v_hat + b                  d + 1        (577 on SmolLM2)
-    low_rank        exp(s) v_hat + b + U (V^T v_hat)  d + 1 + 2dr
-    low_rank_only   U (V^T v_hat) + b                 d + 2dr
-    full_rank       A v_hat + b, A = s I at init      d^2 + d
+    low_rank        exp(s) v_hat + b + V (U^T v_hat)  d + 1 + 2dr
+    low_rank_only   V (U^T v_hat) + b                 d + 2dr
+    full_rank       A v_hat + b                       d^2 + d
+
+Initialised as the reference (agencyenterprise/selfie-adapters, `selfie_adapters/projection.py`) does,
+with s0 the initial scale: log_scale = log s0, b = 0; U and V ~ N(0, (s0 * low_rank_init / sqrt(r))^2),
+drawn U first (the reference's `init_scale * low_rank_init_factor / rank ** 0.5`); A ~ N(0, (s0 *
+sqrt(2 / (d + d)))^2), the reference's Xavier-normal std scaled by s0 (the method spec says
+"Xavier-uniform"; the reference code draws a normal, which is followed here). v_hat = v / (|v| + 1e-8)
+as in the reference.
 """
 
 from __future__ import annotations
@@ -58,11 +65,12 @@ class Adapter(nn.Module):
             "bias": torch.zeros(d),
         }
         if variant in ("low_rank", "low_rank_only"):
-            std = lr_init / math.sqrt(rank)
-            init["U"] = torch.randn(d, rank, generator=generator) * std
-            init["V"] = torch.randn(d, rank, generator=generator) * std
+            std = scale * lr_init / math.sqrt(rank)  # the reference: init_scale * factor / sqrt(rank)
+            init["U"] = torch.empty(d, rank).normal_(0.0, std, generator=generator)
+            init["V"] = torch.empty(d, rank).normal_(0.0, std, generator=generator)
         if variant == "full_rank":
-            init["A"] = torch.eye(d) * scale
+            std = scale * math.sqrt(2.0 / (d + d))  # Xavier-normal std times the initial scale
+            init["A"] = torch.empty(d, d).normal_(0.0, std, generator=generator)
         for name, value in init.items():
             if name in trains:
                 self.register_parameter(name, nn.Parameter(value))
@@ -71,14 +79,14 @@ class Adapter(nn.Module):
 
     def forward(self, v: Float[Tensor, "n d"]) -> Float[Tensor, "n d"]:
         v = v.float()
-        v_hat = v / v.norm(dim=-1, keepdim=True).clamp_min(1e-8)
+        v_hat = v / (v.norm(dim=-1, keepdim=True) + 1e-8)  # (n, d)
         if self.variant == "full_rank":
             return v_hat @ self.A.T + self.bias
         out = self.bias.expand_as(v_hat)
         if self.variant != "low_rank_only":
             out = out + self.log_scale.exp() * v_hat
         if self.variant in ("low_rank", "low_rank_only"):
-            out = out + (v_hat @ self.V) @ self.U.T
+            out = out + (v_hat @ self.U) @ self.V.T  # (n, r) -> (n, d)
         return out
 
     @property

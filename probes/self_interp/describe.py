@@ -25,7 +25,7 @@ from .adapters import Adapter
 from .inject import PrefixCache, Template, build_template, generate, render, topic_prompt
 from .vectors import prompt_vectors
 
-_TEMPLATES: dict[tuple[int, str | None], tuple[Template, PrefixCache]] = {}
+_TEMPLATES: dict[tuple[int, str | None, str], tuple[Template, PrefixCache]] = {}
 
 
 def load_adapter(run: Any, variant: str = "scalar_affine") -> Adapter:
@@ -49,10 +49,10 @@ def adapters_in(run: Any) -> list[str]:
     return [n[len("adapter_"):] for n in run.names(".safetensors") if n.startswith("adapter_")]
 
 
-def _template(model, placeholder: str | None) -> tuple[Template, PrefixCache]:
-    key = (id(model), placeholder)
+def _template(model, placeholder: str | None, system: str = "none") -> tuple[Template, PrefixCache]:
+    key = (id(model), placeholder, system)
     if key not in _TEMPLATES:
-        tmpl = build_template(model, placeholder)
+        tmpl = build_template(model, placeholder, system)
         _TEMPLATES[key] = (tmpl, PrefixCache(model, tmpl))
     return _TEMPLATES[key]
 
@@ -67,8 +67,9 @@ def describe(model, vector, adapter: Adapter, max_new_tokens: int = 16, temperat
     v = v[None] if single else v
     if v.shape[-1] != model.info.d_model:
         raise ValueError(f"vector width {v.shape[-1]} != d_model {model.info.d_model} of {model.info.name}")
-    placeholder = (getattr(adapter, "meta", None) or {}).get("placeholder")
-    tmpl, pc = _template(model, placeholder)
+    meta = getattr(adapter, "meta", None) or {}
+    # adapters saved before template_system existed were trained with the default system turn
+    tmpl, pc = _template(model, meta.get("placeholder"), meta.get("template_system", "default" if meta else "none"))
     adapter = adapter.to(model.device)
     labels = generate(model, tmpl, adapter(v.to(model.device)), max_new_tokens, temperature=temperature, seed=seed,
                       pc=pc)

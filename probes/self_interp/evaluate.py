@@ -6,6 +6,11 @@ singularised) to a topic's name or alias always ranks that topic first; the rest
 the scorer: the packaged sentence embedder (cosine to the topic's name and aliases, the best of
 them) or, without it, TF-IDF over character 3-5-grams within word boundaries (ties broken by
 word overlap).
+
+recall@k follows the reference's `evaluate_labels` (agencyenterprise/selfie-adapters,
+`evals/embedding_retrieval/topic_retrieval_eval.py`): a hit at k is the true topic among
+`torch.topk(scores, k)`, so tied scores fall in torch's top-k order; `rank_of_truth` is the
+reference's rank, 1 + the number of other topics scoring strictly higher.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import pandas as pd
 
 from .topics import Topic
 
+KS = (1, 5, 10)
 _ARTICLES = re.compile(r"^(the|a|an)\s+")
 _PUNCT = re.compile(r"[^\w\s]")
 
@@ -94,16 +100,16 @@ class Retriever:
         overlap = np.array([[len(set(normalise(lab).split()) & w) for w in self._words] for lab in labels])
         return sims + 1e-3 * overlap
 
-    def rank_of(self, labels: Sequence[str], truth: Sequence[int]) -> tuple[np.ndarray, list[list[int]]]:
-        """Rank (1 = first) of each label's true topic, ties counted against it, and the top-5 topic ids."""
+    def rank_of(self, labels: Sequence[str], truth: Sequence[int],
+                ks: Sequence[int] = KS) -> tuple[np.ndarray, list[list[int]], dict[int, np.ndarray]]:
+        """(rank of each label's true topic, the top-5 topic ids, {k: hit at k}) as the reference ranks
+        (see `topk_hits`)."""
         s = self.scores(labels)
         if len(s) == 0:
-            return np.zeros(0, dtype=int), []
-        truth = np.asarray(truth)
-        own = s[np.arange(len(s)), truth][:, None]
-        ahead = (s > own).sum(1) + ((s == own).sum(1) - 1)
-        top5 = np.argsort(-s, axis=1, kind="stable")[:, :5].tolist()
-        return ahead + 1, top5
+            return np.zeros(0, dtype=int), [], {k: np.zeros(0, dtype=bool) for k in ks}
+        ranks, hits = topk_hits(s, truth, ks)
+        top5 = topk_indices(s, 5).tolist()
+        return ranks, top5, hits
 
     def is_exact(self, label: str, truth: int) -> bool:
         return truth in self.exact.get(normalise(label), ())
@@ -117,22 +123,65 @@ class Retriever:
         return np.where(usable, best, -1)
 
 
-def recall_rows(ranks: np.ndarray, n_topics: int, rng: np.random.Generator, n_boot: int,
-                ks: Sequence[int] = (1, 5, 10)) -> list[dict]:
+def topk_indices(scores: np.ndarray, k: int) -> np.ndarray:
+    """(n, min(k, n_topics)) topic ids of `torch.topk(scores, k)`: torch's order, ties included."""
+    import torch
+
+    return torch.topk(torch.from_numpy(np.ascontiguousarray(scores)), k=min(k, scores.shape[1]), dim=1).indices.numpy()
+
+
+def topk_hits(scores: np.ndarray, truth: Sequence[int],
+              ks: Sequence[int] = KS) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+    """The reference's ranking of (n, n_topics) scores against the true topic ids:
+    rank = 1 + the number of other topics scoring strictly higher, and a hit at k = the truth among
+    `torch.topk(scores, k)` (which, on ties, is not always rank <= k: torch orders ties its own way).
+
+    One case the reference's embedding scorer never meets is a miss here: a row that scores every topic
+    alike (an empty label under the lexical or exact scorer) has rank n_topics and no hits, rather than
+    hits decided by torch's order of equal values."""
+    truth = np.asarray(truth, dtype=int)
+    rows = np.arange(len(scores))
+    own = scores[rows, truth][:, None]  # (n, 1)
+    better = scores > own
+    better[rows, truth] = False
+    flat = scores.max(1) == scores.min(1)  # (n,) no information in the row
+    hits = {k: (topk_indices(scores, k) == truth[:, None]).any(1) & ~flat for k in ks}
+    return np.where(flat, scores.shape[1], better.sum(1) + 1), hits
+
+
+def hits_from_ranks(ranks: np.ndarray, ks: Sequence[int] = KS) -> dict[int, np.ndarray]:
+    """Hits at k of tie-free ranks (the logit-lens guesses are distinct topics)."""
+    ranks = np.asarray(ranks)
+    return {k: ranks <= k for k in ks}
+
+
+def recall_rows(hits: dict[int, np.ndarray], n_topics: int, rng: np.random.Generator, n_boot: int) -> list[dict]:
     """recall@k with a 95 % bootstrap interval over the evaluated topics, and chance k / N."""
     rows = []
-    ranks = np.asarray(ranks)
-    boot = rng.integers(0, len(ranks), size=(n_boot, len(ranks))) if len(ranks) else None
-    for k in ks:
-        hit = (ranks <= k).astype(float)
+    n = len(next(iter(hits.values()))) if hits else 0
+    boot = rng.integers(0, n, size=(n_boot, n)) if n else None
+    for k, hit in hits.items():
+        hit = np.asarray(hit, dtype=float)
         r = float(hit.mean()) if len(hit) else math.nan
         lo = hi = math.nan
         if boot is not None:
             dist = hit[boot].mean(1)
             lo, hi = (float(x) for x in np.quantile(dist, [0.025, 0.975]))
         rows.append({"k": k, "recall": r, "ci_low": lo, "ci_high": hi, "chance": min(1.0, k / n_topics),
-                     "n": int(len(ranks))})
+                     "n": int(len(hit))})
     return rows
+
+
+def paired_gain(hit_a: np.ndarray, hit_b: np.ndarray, rng: np.random.Generator,
+                n_boot: int) -> tuple[float, float, float]:
+    """mean(hit_a - hit_b) over the same topics, with the 95 % paired bootstrap interval (topics
+    resampled with replacement, both variants together)."""
+    d = np.asarray(hit_a, dtype=float) - np.asarray(hit_b, dtype=float)  # (n,)
+    if not len(d):
+        return math.nan, math.nan, math.nan
+    dist = d[rng.integers(0, len(d), size=(n_boot, len(d)))].mean(1)  # (n_boot,)
+    lo, hi = np.quantile(dist, [0.025, 0.975])
+    return float(d.mean()), float(lo), float(hi)
 
 
 def logit_lens_ranks(token_lists: Sequence[Sequence[str]], truth: Sequence[int], retriever: Retriever,
@@ -169,8 +218,10 @@ def bias_share(r10_bias: float, r10_identity: float, r10_affine: float, min_deno
 
 
 def generations_frame(variant: str, split: str, topic_ids: Sequence[int], labels: Sequence[str], ranks: np.ndarray,
-                      top5: list[list[int]], retriever: Retriever, layer: int) -> pd.DataFrame:
+                      top5: list[list[int]], retriever: Retriever, layer: int,
+                      hits: dict[int, np.ndarray] | None = None) -> pd.DataFrame:
     names = [t.topic for t in retriever.topics]
+    hits = hits_from_ranks(ranks) if hits is None else hits
     return pd.DataFrame({
         "variant": variant,
         "layer": layer,
@@ -180,4 +231,5 @@ def generations_frame(variant: str, split: str, topic_ids: Sequence[int], labels
         "exact_match": [retriever.is_exact(lab, t) for lab, t in zip(labels, topic_ids)],
         "rank_of_truth": np.asarray(ranks, dtype=int),
         "top5_retrieved": [[names[i] for i in row] for row in top5],
+        **{f"hit_at_{k}": np.asarray(h, dtype=bool) for k, h in hits.items()},
     })

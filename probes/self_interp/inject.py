@@ -6,7 +6,9 @@ The soft token f(v) *replaces the input embedding* at both placeholder positions
     user:      What is the meaning of "<P>"?
     assistant: The meaning of "<P>" is "            (left open; the label follows)
 
-rendered with the model's chat template (a plain "User: / Assistant:" text for base models).
+rendered with the model's chat template (a plain "User: / Assistant:" text for base models), by
+default without a system turn as the reference's hand-written template has none
+(`template_system="none"`; "default" keeps the chat template's default system prompt).
 Injection replaces the embedding module's *output* (after Gemma's sqrt(d) scaling), on the plain
 HF model (`model.hf`, no hooks). Everything before the first placeholder is independent of v: its
 KV is computed once and expanded over each batch (`PrefixCache`).
@@ -40,16 +42,46 @@ EOT_TOKENS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>")
 Adapter = Callable[[Tensor], Tensor]
 
 
-def render(model, user: str, assistant: str | None = None) -> tuple[str, str]:
+def render(model, user: str, assistant: str | None = None, system: str = "default") -> tuple[str, str]:
     """(text, kind): the chat-templated conversation cut after `assistant` (kept open), or the
-    plain-text role format "User: ...\\nAssistant: ..." for base models. kind is "chat" | "plain"."""
+    plain-text role format "User: ...\\nAssistant: ..." for base models. kind is "chat" | "plain".
+
+    system="default" keeps the chat template's default system turn (SmolLM2 inserts one); "none"
+    renders no system turn (see `strip_system_turn`)."""
     if model.info.chat:
         if assistant is None:
-            return model.chat_text(user), "chat"
-        full = model.chat_text(user, assistant=assistant)
-        cut = full.rindex(assistant) + len(assistant)
-        return full[:cut], "chat"
+            full = model.chat_text(user)
+        else:
+            full = model.chat_text(user, assistant=assistant)
+            full = full[: full.rindex(assistant) + len(assistant)]
+        return (strip_system_turn(model, full) if system == "none" else full), "chat"
     return f"User: {user}\nAssistant:" + (f" {assistant}" if assistant else ""), "plain"
+
+
+def strip_system_turn(model, text: str) -> str:
+    """`text` (rendered with the template's default system turn) without that turn, keeping a leading BOS.
+
+    The user-turn header is the template's system-turn header with the role renamed ("<|im_start|>system\\n"
+    -> "<|im_start|>user\\n"); everything before the first user header of the default rendering is the
+    system block. A template that inserts no system turn, or takes no system role, leaves `text` unchanged."""
+    tok = model.tokenizer
+    user, sys = "\x00user\x00", "\x00sys\x00"
+    head = tok.apply_chat_template([{"role": "user", "content": user}], tokenize=False)
+    head = head[: head.index(user)]  # [BOS] [default system turn] user header
+    try:
+        explicit = tok.apply_chat_template([{"role": "system", "content": sys}, {"role": "user", "content": user}],
+                                           tokenize=False)
+    except Exception:  # noqa: BLE001 - templates without a system role (Gemma) raise; they insert none
+        return text
+    if sys not in explicit:
+        return text
+    bos = tok.bos_token if tok.bos_token and head.startswith(tok.bos_token) else ""
+    sys_header = explicit[len(bos) if explicit.startswith(bos) else 0 : explicit.index(sys)]
+    user_header = sys_header.replace("system", "user")
+    cut = head.find(user_header, len(bos))
+    if "system" not in sys_header or cut <= len(bos) or not text.startswith(head[:cut]):
+        return text
+    return bos + text[cut:]
 
 
 def topic_prompt(model, topic: str) -> str:
@@ -81,6 +113,8 @@ class Template:
     kind: str
     """"chat" or "plain"."""
     text: str
+    system: str = "default"
+    """The template's system turn: "none" (the reference's form) or "default" (the chat template's)."""
 
     @property
     def prefix_len(self) -> int:
@@ -97,10 +131,11 @@ def _single_token(tokenizer, text: str) -> int | None:
     return ids[0] if len(ids) == 1 else None
 
 
-def build_template(model, placeholder: str | None = None) -> Template:
-    """Pick the placeholder, render and tokenise the template, and check its tokenisation."""
+def build_template(model, placeholder: str | None = None, system: str = "none") -> Template:
+    """Pick the placeholder, render and tokenise the template (system turn: "none" | "default"), and check
+    its tokenisation."""
     tok = model.tokenizer
-    plain_text, kind = render(model, USER.format(p="X"), ASSISTANT.format(p="X"))
+    plain_text, kind = render(model, USER.format(p="X"), ASSISTANT.format(p="X"), system)
     candidates = (placeholder,) if placeholder else PLACEHOLDERS
     chosen = None
     for cand in candidates:
@@ -113,7 +148,7 @@ def build_template(model, placeholder: str | None = None) -> Template:
                    else "a vocabulary with one of " + ", ".join(PLACEHOLDERS))
         raise ConfigError("placeholder", placeholder, allowed + " (set placeholder= to a single unused token)")
     p, pid = chosen
-    text, kind = render(model, USER.format(p=p), ASSISTANT.format(p=p))
+    text, kind = render(model, USER.format(p=p), ASSISTANT.format(p=p), system)
     ids = encode(model, text, kind)
     positions = [i for i, t in enumerate(ids) if t == pid]
     if len(positions) != 2:
@@ -132,7 +167,7 @@ def build_template(model, placeholder: str | None = None) -> Template:
     stops = {i for i, s in enumerate(vocab) if s is not None and '"' in s}
     stops |= {eot_id} | ({tok.eos_token_id} if tok.eos_token_id is not None else set())
     return Template(tuple(ids), (positions[0], positions[1]), p, pid, quote_id, eot_id, tuple(sorted(stops)), kind,
-                    text)
+                    text, system)
 
 
 def _eot_id(tok) -> int | None:

@@ -22,7 +22,15 @@ from interp.precision import autocast, autocast_dtype, dtype_name
 
 from . import SelfInterpConfig, sweep_layers
 from .adapters import Adapter, n_params
-from .evaluate import Retriever, bias_share, generations_frame, logit_lens_ranks, recall_rows
+from .evaluate import (
+    Retriever,
+    bias_share,
+    generations_frame,
+    hits_from_ranks,
+    logit_lens_ranks,
+    paired_gain,
+    recall_rows,
+)
 from .inject import PrefixCache, Template, build_template, generate, inject, label_loss, make_batch
 from .topics import Topic, load_topics, split_topics
 from .train import Pairs, TrainSettings, identity_sweep, train_adapter
@@ -45,7 +53,7 @@ def run(cfg: SelfInterpConfig, ctx: RunContext) -> None:
     lm_digest = weights_digest(model)
 
     topics, split = choose_topics(cfg)  # 1. data: topics, template, vectors
-    tmpl = build_template(model, cfg.placeholder)
+    tmpl = build_template(model, cfg.placeholder, cfg.template_system)
     vecs, means = topic_vectors(model, [t.topic for t in topics], layers, cfg.extract_batch, ctx.tqdm)
     for lay, v in vecs.items():
         ctx.check_finite(f"topic vectors at layer {lay}", v)
@@ -248,9 +256,9 @@ class Experiment:
                  universe: np.ndarray | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
         """Generate labels for vectors[idx] (topic ids idx), rank every topic, recall@k."""
         labels = self.labels(adapter, vectors[list(map(int, idx))])
-        ranks, top5 = self.retriever.rank_of(labels, idx)
-        gen = generations_frame(variant, split_name, idx, labels, ranks, top5, self.retriever, layer)
-        rec = pd.DataFrame(recall_rows(ranks, len(self.topics), self.ctx.rng, self.cfg.bootstrap))
+        ranks, top5, hits = self.retriever.rank_of(labels, idx)
+        gen = generations_frame(variant, split_name, idx, labels, ranks, top5, self.retriever, layer, hits)
+        rec = pd.DataFrame(recall_rows(hits, len(self.topics), self.ctx.rng, self.cfg.bootstrap))
         rec.insert(0, "split", split_name)
         rec.insert(0, "variant", variant)
         rec.insert(0, "layer", layer)
@@ -266,8 +274,9 @@ class Experiment:
             "variant": "logit_lens", "layer": layer, "topic_id": idx, "split": "heldout", "generated_label": first,
             "exact_match": [self.retriever.is_exact(f, int(t)) for f, t in zip(first, idx)],
             "rank_of_truth": ranks.astype(int), "top5_retrieved": [[names[i] for i in g[:5]] for g in guesses],
+            **{f"hit_at_{k}": h for k, h in hits_from_ranks(ranks).items()},
         })
-        rec = pd.DataFrame(recall_rows(ranks, len(self.topics), self.ctx.rng, self.cfg.bootstrap))
+        rec = pd.DataFrame(recall_rows(hits_from_ranks(ranks), len(self.topics), self.ctx.rng, self.cfg.bootstrap))
         rec.insert(0, "split", "heldout")
         rec.insert(0, "variant", "logit_lens")
         rec.insert(0, "layer", layer)
@@ -282,11 +291,12 @@ class Experiment:
         own = done[(done.variant == "identity") & (done.split == "heldout")] if len(done) else done
         for sc in scales:
             if sc == s_star and len(own):
-                ranks = own.rank_of_truth.to_numpy()
+                hit1, hit10 = own.hit_at_1.to_numpy(), own.hit_at_10.to_numpy()
             else:
                 labels = self.labels(Adapter("identity", self.d, sc).to(self.model.device), vectors[list(idx)])
-                ranks, _ = self.retriever.rank_of(labels, idx)
-            out[sc] = (float((ranks <= 1).mean()), float((ranks <= 10).mean()))
+                _, _, hits = self.retriever.rank_of(labels, idx)
+                hit1, hit10 = hits[1], hits[10]
+            out[sc] = (float(hit1.mean()), float(hit10.mean()))
         return out
 
     # -- controls -------------------------------------------------------------------
@@ -370,13 +380,14 @@ def save_vectors(ctx: RunContext, vectors: Tensor, mean: Tensor, controls: Layer
         tensors["embed_topic_ids"] = torch.as_tensor(keep, dtype=torch.int64)
     ctx.save_tensors("vectors", tensors, metadata={"layer": str(layer), "hook": f"blocks.{layer}.hook_resid_post",
                                                    "template": tmpl.text, "template_kind": tmpl.kind,
+                                                   "template_system": tmpl.system,
                                                    "placeholder": tmpl.placeholder})
 
 
 def save_adapters(ctx: RunContext, main: LayerResult, controls: LayerResult, sweep: list[LayerResult], layer: int,
                   tmpl: Template) -> None:
     """adapter_<variant>.safetensors (float32) with metadata: variant, d, rank, s*, layer, template."""
-    extra = {"template_kind": tmpl.kind, "placeholder": tmpl.placeholder}
+    extra = {"template_kind": tmpl.kind, "placeholder": tmpl.placeholder, "template_system": tmpl.system}
     for name, ad in [*main.adapters.items(), *controls.adapters.items()]:
         ctx.save_tensors(f"adapter_{name}", ad.tensors(), ad.metadata(s_star=main.s_star, layer=layer, name=name,
                                                                        **extra))
@@ -406,7 +417,8 @@ def summarize(exp: Experiment, main: LayerResult, controls: LayerResult, sweep: 
               lm_unchanged: bool) -> dict:
     d = exp.d
     m: dict = {"layer": layer, "lm_weights_unchanged": lm_unchanged, "retrieval_scorer": exp.retriever.scorer,
-               "template": exp.tmpl.kind, "placeholder": exp.tmpl.placeholder, "n_topics": len(exp.topics),
+               "template": exp.tmpl.kind, "template_system": exp.tmpl.system, "placeholder": exp.tmpl.placeholder,
+               "n_topics": len(exp.topics),
                "n_heldout": len(exp.idx("heldout")), "n_train": len(exp.idx("train")), "n_val": len(exp.idx("val")),
                "recall_chance_at_1": 1 / len(exp.topics), "recall_chance_at_10": min(1.0, 10 / len(exp.topics)),
                "identity_best_scale": main.s_star, "median_embedding_norm": exp.median_norm,
@@ -432,6 +444,7 @@ def summarize(exp: Experiment, main: LayerResult, controls: LayerResult, sweep: 
     m["recall_at_1_logit_lens"] = main.r("logit_lens", 1)
     m["recall_at_10_logit_lens"] = main.r("logit_lens", 10)
     if "scalar_affine" in main.adapters:
+        m["self_interp_margin_at_1"] = m["recall_at_1_scalar_affine"] - m["recall_at_1_logit_lens"]
         m["self_interp_margin_at_10"] = m["recall_at_10_scalar_affine"] - m["recall_at_10_logit_lens"]
         g = main.generations
         sa = g[(g.variant == "scalar_affine") & (g.split == "heldout")]
@@ -444,6 +457,11 @@ def summarize(exp: Experiment, main: LayerResult, controls: LayerResult, sweep: 
         if name in controls.adapters:
             m[f"recall_at_1_{name}"] = controls.r(name, 1)
             m[f"recall_at_10_{name}"] = controls.r(name, 10)
+    m.update(paired_gains(exp, main, controls))
+    for v in main.adapters:
+        if v != "identity" and len(exp.train_sample):
+            m[f"train_minus_heldout_recall1_{v}"] = m[f"train_recall_at_1_{v}"] - m[f"recall_at_1_{v}"]
+    m.update(lexical_recall(exp, main, controls))
     if controls.embed is not None:
         m["n_embed_control"] = int(len(controls.embed[0]))
         m["n_embed_control_heldout"] = int(len(np.intersect1d(exp.idx("heldout"), controls.embed[0])))
@@ -473,6 +491,51 @@ def timings(main: LayerResult, controls: LayerResult, sweep: list[LayerResult], 
     extended = sum(v for k, v in main.seconds.items() if k not in core_keys)
     extended += sum(sum(r.seconds.values()) for r in sweep if r is not main)
     out.update(core_s=round(core, 1), extended_s=round(extended, 1))
+    return out
+
+
+def _heldout_hits(res: LayerResult, variant: str) -> pd.Series:
+    """Hit at 1 of `variant` per held-out topic id."""
+    g = res.generations
+    rows = g[(g.variant == variant) & (g.split == "heldout")] if len(g) else g
+    return rows.set_index("topic_id").hit_at_1 if len(rows) else pd.Series(dtype=bool)
+
+
+def paired_gains(exp: Experiment, main: LayerResult, controls: LayerResult) -> dict:
+    """recall@1 gains of scalar_affine over identity and over the shuffled control, paired over the same
+    held-out topics, with 95 % paired bootstrap intervals (`recall1_gain_vs_<other>`, `..._ci_lo`, `..._ci_hi`)."""
+    out: dict = {}
+    if "scalar_affine" not in main.adapters:
+        return out
+    sa = _heldout_hits(main, "scalar_affine")
+    others = {"identity": _heldout_hits(main, "identity"), "shuffled": _heldout_hits(controls, "shuffled")}
+    rng = np.random.default_rng([exp.cfg.seed, 7])
+    for name, hits in others.items():
+        if not len(hits):
+            continue
+        both = sa.index.intersection(hits.index)
+        gain, lo, hi = paired_gain(sa[both].to_numpy(), hits[both].to_numpy(), rng, exp.cfg.bootstrap)
+        out.update({f"recall1_gain_vs_{name}": gain, f"recall1_gain_vs_{name}_ci_lo": lo,
+                    f"recall1_gain_vs_{name}_ci_hi": hi})
+    return out
+
+
+def lexical_recall(exp: Experiment, main: LayerResult, controls: LayerResult) -> dict:
+    """The same held-out labels rescored with the lexical (character n-gram TF-IDF) scorer:
+    `recall_at_1_<variant>_lexical` and `recall_at_10_<variant>_lexical` (the MiniLM scorer credits word fragments)."""
+    if exp.retriever.scorer == "lexical":
+        return {}
+    lex = Retriever(exp.topics, "lexical")
+    out: dict = {}
+    for res, names in ((main, list(main.adapters)), (controls, list(controls.adapters))):
+        g = res.generations
+        for v in names:
+            rows = g[(g.variant == v) & (g.split == "heldout")] if len(g) else g
+            if not len(rows):
+                continue
+            _, _, hits = lex.rank_of(rows.generated_label.tolist(), rows.topic_id.to_numpy())
+            out[f"recall_at_1_{v}_lexical"] = float(hits[1].mean())
+            out[f"recall_at_10_{v}_lexical"] = float(hits[10].mean())
     return out
 
 

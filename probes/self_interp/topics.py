@@ -1,4 +1,4 @@
-"""The built-in topic list (400 common topics, 20 categories of 20) and the stratified split.
+"""The built-in topic list (500 common topics, 25 categories of 20) and the stratified split.
 
 Topics are chosen to be well known even to a 135M model; each has a category and aliases
 ("USA" for "United States"). A user JSONL of ``{topic, category, aliases}`` rows replaces it.
@@ -115,6 +115,31 @@ _TOPICS: dict[str, list[str]] = {
         "airport", "stadium", "temple", "prison|jail", "factory", "hotel", "restaurant", "bank", "farm",
         "palace", "lighthouse",
     ],
+    "vegetables": [
+        "carrot", "potato", "tomato", "onion", "garlic", "cabbage", "broccoli", "lettuce", "cucumber", "pumpkin",
+        "spinach", "bell pepper|pepper", "corn|maize", "pea|peas", "bean|beans", "mushroom", "celery",
+        "eggplant|aubergine", "radish", "beetroot|beet",
+    ],
+    "tools": [
+        "hammer", "screwdriver", "wrench|spanner", "saw", "drill", "axe", "shovel|spade", "ladder", "scissors",
+        "needle", "rope", "nail", "tape measure", "paintbrush", "pliers", "chisel", "rake", "broom",
+        "flashlight|torch", "wheelbarrow",
+    ],
+    "insects": [
+        "ant", "bee|honeybee", "butterfly", "spider", "mosquito", "fly|housefly", "beetle", "ladybug|ladybird",
+        "grasshopper", "cockroach", "caterpillar", "dragonfly", "wasp", "moth", "snail", "worm|earthworm",
+        "scorpion", "termite", "flea", "firefly",
+    ],
+    "space": [
+        "Moon|the Moon", "Mars", "Jupiter", "Saturn", "Venus", "Mercury", "Neptune", "Uranus", "Pluto",
+        "Earth|planet Earth", "comet", "asteroid", "galaxy", "Milky Way", "black hole", "star", "telescope",
+        "astronaut", "satellite", "meteor|shooting star",
+    ],
+    "technology": [
+        "computer", "smartphone|mobile phone|cell phone|phone", "internet", "camera", "radio", "robot", "laptop",
+        "keyboard", "printer", "battery", "headphones", "microphone", "calculator", "email|e-mail", "website",
+        "software", "light bulb|lightbulb", "tablet", "video game|videogame", "artificial intelligence|AI",
+    ],
 }
 
 
@@ -126,7 +151,7 @@ class Topic:
 
 
 def builtin_topics() -> list[Topic]:
-    """The 400 built-in topics in a fixed order (category, then listing order)."""
+    """The 500 built-in topics in a fixed order (category, then listing order)."""
     out = []
     for category, items in _TOPICS.items():
         for item in items:

@@ -1,8 +1,9 @@
 """Steps 3-4: train an adapter on (vector, label) pairs with the LM frozen, and the identity scale sweep.
 
 Objective (the paper's): teacher-forced cross-entropy on label + `"` + end-of-turn, each token
-clamped, averaged per sequence then over the batch. AdamW on the adapter's tensors only, linear
-warmup then cosine decay, gradient-norm clip; the best state by validation loss is kept.
+clamped, averaged per sequence then over the batch. AdamW on the adapter's tensors only, with the
+reference's parameter groups (no weight decay on log_scale) and its schedule (a linear warmup from
+1e-6 x lr, then cosine decay to 0), gradient-norm clip; the best state by validation loss is kept.
 """
 
 from __future__ import annotations
@@ -47,12 +48,34 @@ class TrainSettings:
     eval_every: int = 5
 
 
+WARMUP_START = 1e-6
+"""The reference's warmup start factor (torch LinearLR(start_factor=1e-6))."""
+
+
 def schedule(step: int, total: int, warmup: int) -> float:
-    """LR multiplier: linear warmup over `warmup` steps, then cosine decay to 0 at `total`."""
+    """LR multiplier of optimiser step `step` (0-based), as the reference's trainer steps it: LinearLR
+    from 1e-6 to 1 over `warmup` steps (step k < warmup runs at 1e-6 + (1 - 1e-6) k / warmup), then
+    CosineAnnealingLR over the remaining total - warmup steps (step warmup + j runs at
+    (1 + cos(pi j / (total - warmup))) / 2)."""
     if step < warmup:
-        return (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+        return WARMUP_START + (1.0 - WARMUP_START) * step / warmup
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
+
+
+def effective_warmup(warmup: int, total: int) -> int:
+    """`warmup` as configured when it is shorter than the run (the reference); a run of at most `warmup`
+    steps (the reference's cosine would get T_max <= 0) warms up over its first third instead."""
+    return warmup if warmup < total else max(1, total // 3)
+
+
+def param_groups(adapter: Adapter, weight_decay: float) -> list[dict]:
+    """The reference's AdamW groups: log_scale without weight decay, every other tensor (bias, U, V, A)
+    with it."""
+    named = [(n, p) for n, p in adapter.named_parameters() if p.requires_grad]
+    scale = [p for n, p in named if "log_scale" in n]
+    rest = [p for n, p in named if "log_scale" not in n]
+    groups = [{"params": scale, "weight_decay": 0.0}] if scale else []
+    return groups + ([{"params": rest, "weight_decay": weight_decay}] if rest else [])
 
 
 @torch.no_grad()
@@ -81,7 +104,7 @@ def train_adapter(model, tmpl: Template, adapter: Adapter, train: Pairs, val: Pa
     lm = [p for p in model.hf.parameters() if p.requires_grad]
     if lm:
         raise RuntimeError(f"the language model must be frozen: {len(lm)} LM tensors require grad")
-    opt = torch.optim.AdamW(params, lr=s.lr, weight_decay=s.weight_decay)
+    opt = torch.optim.AdamW(param_groups(adapter, s.weight_decay), lr=s.lr)
     held = {id(p) for group in opt.param_groups for p in group["params"]}
     lm_ids = {id(p) for p in model.hf.parameters()}
     adapter.optimizer_adapter_only = held <= {id(p) for p in adapter.parameters()} and not held & lm_ids
@@ -89,7 +112,7 @@ def train_adapter(model, tmpl: Template, adapter: Adapter, train: Pairs, val: Pa
         raise RuntimeError("the optimiser must hold only the adapter's tensors")
     steps_per_epoch = math.ceil(len(train) / s.batch_size)
     total = s.epochs * steps_per_epoch
-    warmup = min(s.warmup, max(1, total // 3))
+    warmup = effective_warmup(s.warmup, total)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: schedule(k, total, warmup))
     rows: list[dict] = []
     best_val = mean_loss(model, tmpl, adapter, val, s.batch_size, pc, s.loss_clamp) if len(val) else math.inf

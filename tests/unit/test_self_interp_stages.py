@@ -3,6 +3,7 @@ adapters, training (LM frozen), retrieval, recall and the bias share."""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -13,10 +14,27 @@ from interp.errors import ConfigError
 from interp.intervene import weights_digest
 from probes.self_interp import SelfInterpConfig, sweep_layers
 from probes.self_interp.adapters import Adapter, n_params
-from probes.self_interp.evaluate import Retriever, bias_share, logit_lens_ranks, normalise, recall_rows
+from probes.self_interp.evaluate import (
+    Retriever,
+    bias_share,
+    hits_from_ranks,
+    logit_lens_ranks,
+    normalise,
+    paired_gain,
+    recall_rows,
+    topk_hits,
+)
 from probes.self_interp.inject import PrefixCache, build_template, generate, label_loss, make_batch
 from probes.self_interp.topics import Topic, builtin_topics, split_topics
-from probes.self_interp.train import Pairs, TrainSettings, identity_sweep, schedule, train_adapter
+from probes.self_interp.train import (
+    Pairs,
+    TrainSettings,
+    effective_warmup,
+    identity_sweep,
+    param_groups,
+    schedule,
+    train_adapter,
+)
 
 # -- config and topics ------------------------------------------------------------------------
 
@@ -39,14 +57,17 @@ def test_config_validates_before_loading():
 
 def test_builtin_split_is_stratified_and_capped():
     topics = builtin_topics()
-    assert len(topics) == 400 and len({t.topic.lower() for t in topics}) == 400
-    assert len({t.category for t in topics}) == 20
-    kept, split = split_topics(topics, 0.2, 300)
-    assert len(kept) == 300 and split.count("heldout") == 60
+    assert len(topics) == 500 and len({t.topic.lower() for t in topics}) == 500
+    assert len({t.category for t in topics}) == 25
+    names = [n for t in topics for n in {normalise(x) for x in (t.topic, *t.aliases)}]
+    assert len(names) == len(set(names)), "a name or alias normalises to another topic's"
+    cfg = SelfInterpConfig()
+    kept, split = split_topics(topics, cfg.heldout_frac, cfg.topic_cap)
+    assert len(kept) == 400 and split.count("heldout") == 100  # the spec's core: 100 held out of 400
     for cat in {t.category for t in kept}:
         rows = [s for t, s in zip(kept, split) if t.category == cat]
-        assert len(rows) == 15 and rows.count("heldout") == 3
-    assert split_topics(topics, 0.2, 300)[0] == kept  # deterministic
+        assert len(rows) == 16 and rows.count("heldout") == 4
+    assert split_topics(topics, cfg.heldout_frac, cfg.topic_cap)[0] == kept  # deterministic
 
 
 # -- adapters ------------------------------------------------------------------------------------
@@ -62,16 +83,107 @@ def test_adapter_parameter_counts_match_the_table(variant):
     v = torch.randn(4, 576)
     out = ad(v)
     assert out.shape == (4, 576) and out.dtype == torch.float32
-    if variant in ("identity", "scale_only", "scalar_affine", "full_rank", "bias_only"):
+    if variant in ("identity", "scale_only", "scalar_affine", "bias_only"):
         assert torch.allclose(out.norm(dim=-1), torch.full((4,), 3.0), atol=1e-4)  # s * v_hat at init (b = 0)
+    if variant == "full_rank":  # Xavier-normal A times s: |A v_hat| ~ s, in a random direction
+        assert torch.allclose(out.norm(dim=-1), torch.full((4,), 3.0), rtol=0.15)
+        assert (torch.nn.functional.cosine_similarity(out, v, dim=-1).abs() < 0.2).all()
     back = Adapter.from_tensors({k: t.numpy() for k, t in ad.tensors().items()}, ad.metadata())
     assert torch.allclose(back(v), out)
 
 
 def test_schedule_warms_up_then_decays():
     lrs = [schedule(k, 20, 5) for k in range(20)]
-    assert lrs[0] == pytest.approx(0.2) and lrs[4] == pytest.approx(1.0)
-    assert all(a >= b for a, b in zip(lrs[4:], lrs[5:])) and lrs[-1] < 0.05
+    assert lrs[0] == pytest.approx(1e-6) and lrs[4] == pytest.approx(0.8) and lrs[5] == pytest.approx(1.0)
+    assert all(a >= b for a, b in zip(lrs[5:], lrs[6:])) and lrs[-1] < 0.05
+    assert effective_warmup(10, 34) == 10 and effective_warmup(10, 9) == 3
+
+
+def _reference_lrs(base: float, total: int, warmup: int) -> list[float]:
+    """The reference trainer's learning rate at each optimiser step (selfie-adapters training/trainer.py:
+    CosineAnnealingLR(T_max=total - warmup) built first, then LinearLR(1e-6 -> 1, warmup) wrapping it;
+    the warmup scheduler steps while global_step < warmup, the cosine one after)."""
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.AdamW([p], lr=base)
+    main = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total - warmup, eta_min=0)
+    warm = torch.optim.lr_scheduler.LinearLR(opt, start_factor=1e-6, end_factor=1.0, total_iters=warmup) \
+        if warmup > 0 else None
+    out = []
+    for step in range(total):
+        out.append(opt.param_groups[0]["lr"])
+        opt.step()
+        (warm if warm is not None and step < warmup else main).step()
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_schedule_matches_the_reference_schedulers(seed):
+    rng = np.random.default_rng(seed)
+    total = int(rng.integers(12, 200))
+    warmup = int(rng.integers(0, total - 1)) if seed else 10
+    base = float(rng.uniform(1e-3, 1e-1))
+    ref = _reference_lrs(base, total, warmup)
+    ours = [base * schedule(k, total, effective_warmup(warmup, total)) for k in range(total)]
+    assert np.allclose(ours, ref, rtol=1e-6, atol=1e-12), (total, warmup, np.abs(np.subtract(ours, ref)).max())
+
+
+def _reference_init(variant: str, d: int, init_scale: float, rank: int, factor: float, seed: int) -> dict:
+    """selfie-adapters `projection.py` initialize_weights, drawn from one seeded generator in its order."""
+    g = torch.Generator().manual_seed(seed)
+    if variant == "full_rank":
+        std = init_scale * (2.0 / (d + d)) ** 0.5
+        return {"A": torch.zeros(d, d).normal_(0, std, generator=g)}
+    std = init_scale * factor / (rank ** 0.5)
+    return {"U": torch.zeros(d, rank).normal_(0, std, generator=g),
+            "V": torch.zeros(d, rank).normal_(0, std, generator=g)}
+
+
+def _reference_forward(variant: str, p: dict, v: torch.Tensor) -> torch.Tensor:
+    v = v / (torch.norm(v, p=2, dim=-1, keepdim=True) + 1e-8)
+    if variant == "full_rank":
+        return torch.matmul(v, p["A"].T) + p["bias"]
+    low = torch.matmul(torch.matmul(v, p["U"]), p["V"].T)
+    return (torch.exp(p["log_scale"]) * v if variant == "low_rank" else 0) + low + p["bias"]
+
+
+@pytest.mark.parametrize("variant", ["low_rank", "low_rank_only", "full_rank"])
+def test_init_and_forward_match_the_reference(variant):
+    d, r, s0 = 96, 8, 7.5
+    ad = Adapter(variant, d, s0, rank=r, lr_init=0.01, generator=torch.Generator().manual_seed(3))
+    ref = _reference_init(variant, d, s0, r, 0.01, 3)
+    for name, t in ref.items():
+        assert torch.equal(getattr(ad, name).detach(), t), name
+    std = ref["A"].std() if variant == "full_rank" else ref["U"].std()
+    want = s0 * (1 / d) ** 0.5 if variant == "full_rank" else s0 * 0.01 / r ** 0.5
+    assert float(std) == pytest.approx(want, rel=0.1)
+    with torch.no_grad():  # random trained-looking parameters, then the same forward
+        for p in ad.parameters():
+            p.copy_(torch.randn_like(p))
+    v = torch.randn(5, d) * 40
+    params = {k: t.detach() for k, t in ad.state_dict().items()}
+    assert torch.allclose(ad(v), _reference_forward(variant, params, v), atol=1e-5)
+
+
+def test_weight_decay_spares_log_scale_as_the_reference():
+    ad = Adapter("low_rank", 32, 2.0, rank=4, generator=torch.Generator().manual_seed(0))
+    twin = copy.deepcopy(ad)
+    ours = torch.optim.AdamW(param_groups(ad, 0.5), lr=0.1)
+    named = dict(twin.named_parameters())  # the reference's grouping by name (trainer._setup_optimizer)
+    ref = torch.optim.AdamW([{"params": [named["log_scale"]], "lr": 0.1, "weight_decay": 0.0},
+                             {"params": [named["bias"]], "lr": 0.1, "weight_decay": 0.5},
+                             {"params": [named["U"], named["V"]], "lr": 0.1, "weight_decay": 0.5}])
+    g = torch.Generator().manual_seed(1)
+    for _ in range(5):
+        for a, b in zip(ad.parameters(), twin.parameters()):
+            grad = torch.randn(a.shape, generator=g)
+            a.grad, b.grad = grad.clone(), grad.clone()
+        ad.log_scale.grad.zero_()
+        twin.log_scale.grad.zero_()
+        ours.step()
+        ref.step()
+    for (n, a), b in zip(ad.named_parameters(), twin.parameters()):
+        assert torch.allclose(a, b, atol=1e-6), n
+    assert float(ad.log_scale.detach()) == pytest.approx(math.log(2.0), abs=1e-7), "weight decay moved log_scale"
 
 
 # -- template and injection (tiny model) -----------------------------------------------------------
@@ -178,24 +290,65 @@ def test_normalise_strips_articles_punctuation_and_plural():
 @pytest.mark.parametrize("scorer", ["exact", "lexical", "embedding"])
 def test_exact_matches_rank_first_under_every_scorer(scorer):
     r = Retriever(TOPICS, scorer)
-    ranks, top5 = r.rank_of(["the USA", "Dogs", "Chess"], [0, 2, 4])
-    assert ranks.tolist() == [1, 1, 1], (scorer, ranks, top5)
+    ranks, top5, hits = r.rank_of(["the USA", "Dogs", "Chess"], [0, 2, 4])
+    assert ranks.tolist() == [1, 1, 1] and hits[1].all(), (scorer, ranks, top5)
+    if scorer != "embedding":  # an empty label scores every topic alike: a miss, not torch's tie order
+        ranks, _, hits = r.rank_of([""], [0])
+        assert not hits[10].any() and ranks[0] == len(TOPICS)
     assert r.is_exact("the USA", 0) and not r.is_exact("USA", 1)
 
 
 def test_lexical_and_embedding_rank_near_misses():
     lex = Retriever(TOPICS, "lexical")
-    ranks, _ = lex.rank_of(["Français", "puppies and dogs"], [1, 2])
+    ranks, _, _ = lex.rank_of(["Français", "puppies and dogs"], [1, 2])
     assert ranks.tolist() == [1, 1]
     emb = Retriever(TOPICS, "embedding")
-    ranks, _ = emb.rank_of(["a kitten", "a board game with kings and queens"], [3, 4])
+    ranks, _, _ = emb.rank_of(["a kitten", "a board game with kings and queens"], [3, 4])
     assert ranks.tolist() == [1, 1]
-    ranks, _ = emb.rank_of([""], [0])
+    ranks, _, _ = emb.rank_of([""], [0])
     assert 1 <= ranks[0] <= len(TOPICS)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_recall_at_k_is_the_reference_topk(seed):
+    """Hits against an independent copy of the reference's evaluate_labels on tie-heavy random scores."""
+    g = torch.Generator().manual_seed(seed)
+    n, n_topics = 300, int(torch.randint(20, 400, (1,), generator=g))
+    sims = torch.randint(0, 6, (n, n_topics), generator=g).double()  # many ties
+    gt = torch.randint(0, n_topics, (n,), generator=g)
+    ranks, hits = topk_hits(sims.numpy(), gt.numpy())
+    mask = torch.ones_like(sims, dtype=torch.bool)
+    mask[torch.arange(n), gt] = False
+    ref_ranks = ((sims > sims[torch.arange(n), gt][:, None]) & mask).sum(1) + 1
+    assert np.array_equal(ranks, ref_ranks.numpy())
+    for k in (1, 5, 10):
+        ref_hit = (torch.topk(sims, k=k, dim=1).indices[:, :k] == gt[:, None]).any(1)
+        assert np.array_equal(hits[k], ref_hit.numpy()), k
+    assert (hits[10] != (ranks <= 10)).any(), "ties should make topk differ from rank <= k somewhere"
+
+
+def test_paired_gain_interval():
+    rng = np.random.default_rng(0)
+    a = np.array([1, 0, 1, 1, 0, 1, 0, 1] * 10, dtype=bool)
+    assert paired_gain(a, a, rng, 500) == (0.0, 0.0, 0.0)
+    b = a.copy()
+    b[:40] = False
+    gain, lo, hi = paired_gain(a, b, rng, 1000)
+    assert gain == pytest.approx(a.mean() - b.mean()) and 0 < lo <= gain <= hi
+    noise = rng.random(80) < 0.3
+    gain, lo, hi = paired_gain(noise, rng.permutation(noise), rng, 1000)
+    assert lo <= 0 <= hi
+
+
+def test_template_system_turn_follows_the_reference(tiny_model):
+    none, default = build_template(tiny_model), build_template(tiny_model, system="default")
+    assert none.system == "none" and "system" not in none.text and none.text.startswith("<|im_start|>user")
+    assert "<|im_start|>system" in default.text and default.text.endswith(none.text[len("<|im_start|>"):])
+    assert len(default.ids) > len(none.ids) and none.ids[-none.prefix_len:] == default.ids[-none.prefix_len:]
+
+
 def test_recall_rows_and_bootstrap():
-    rows = recall_rows(np.array([1, 2, 11, 30]), 100, np.random.default_rng(0), 200)
+    rows = recall_rows(hits_from_ranks(np.array([1, 2, 11, 30])), 100, np.random.default_rng(0), 200)
     by_k = {r["k"]: r for r in rows}
     assert by_k[1]["recall"] == 0.25 and by_k[10]["recall"] == 0.5 and by_k[10]["chance"] == 0.1
     assert by_k[10]["ci_low"] <= 0.5 <= by_k[10]["ci_high"]
