@@ -1,7 +1,8 @@
 """conversational_inertia acceptance (method spec, "Acceptance on the embedded model") at the default size.
 
-Runs the default config on smollm2-135m once, checks every item, writes the measured metrics and the
-verdicts to artifacts/acceptance/conversational_inertia.json and fails listing every unmet check.
+Runs the default config on smollm2-135m once and the micro config once (its 60 s budget), checks every gated
+item of the spec as revised 2026-12-01 (the enrichment clause is graded, reported, not gated), writes the measured
+metrics and the verdicts to artifacts/acceptance/conversational_inertia.json and fails listing every unmet check.
 """
 
 from __future__ import annotations
@@ -21,14 +22,18 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 BUDGET_S = 8 * 60
 """The spec's budget on the 2-core CPU with DPO off."""
+MICRO_BUDGET_S = 60
+"""The spec's micro budget (revised 2026-12-01)."""
 SLACK = float(os.environ.get("INTERP_BUDGET_SLACK", "1"))
 """Multiplier of the wall-clock budget for machines shared with other jobs (the timing is always reported)."""
 
 
-def checks(run, model) -> dict[str, tuple[bool, str]]:
+def checks(run, model) -> tuple[dict[str, tuple[bool, str]], dict[str, str]]:
+    """(gated checks: name -> (passed, measured), graded items: name -> measured)."""
     m = run.metrics
     g = lambda k: m.get(k, float("nan"))  # noqa: E731
     out: dict[str, tuple[bool, str]] = {}
+    graded: dict[str, str] = {}
 
     def check(name: str, ok, detail: str) -> None:
         out[name] = (bool(ok), detail)
@@ -44,12 +49,15 @@ def checks(run, model) -> dict[str, tuple[bool, str]]:
           f"rho {g('prev_assistant_share_rho'):.3f}, p {g('prev_assistant_share_p'):.2g}")
     check("system_share_rho < 0, p < 0.05", g("system_share_rho") < 0 and g("system_share_p") < 0.05,
           f"rho {g('system_share_rho'):.3f}, p {g('system_share_p'):.2g}")
-    check("prev_assistant_enrichment_rho > user_enrichment_rho",
-          g("prev_assistant_enrichment_rho") > g("user_enrichment_rho"),
-          f"{g('prev_assistant_enrichment_rho'):.3f} vs {g('user_enrichment_rho'):.3f}")
-    check("prev_assistant_enrichment_last > user_enrichment_last",
-          g("prev_assistant_enrichment_last") > g("user_enrichment_last"),
-          f"{g('prev_assistant_enrichment_last'):.3f} vs {g('user_enrichment_last'):.3f}")
+    # graded, not gated (revised 2026-12-01): per-key enrichment of earlier replies against user turns
+    graded["prev_assistant_enrichment_rho vs user_enrichment_rho"] = (
+        f"{g('prev_assistant_enrichment_rho'):.3f} vs {g('user_enrichment_rho'):.3f} "
+        f"(p {g('prev_assistant_enrichment_p'):.2g} / {g('user_enrichment_p'):.2g})")
+    graded["prev_assistant_enrichment_last vs user_enrichment_last (largest N)"] = (
+        f"{g('prev_assistant_enrichment_last'):.3f} vs {g('user_enrichment_last'):.3f}")
+    graded["recent_assistant_enrichment_rho"] = (
+        f"{g('recent_assistant_enrichment_rho'):.3f} (p {g('recent_assistant_enrichment_p'):.2g}; "
+        f"at the largest N {g('recent_assistant_enrichment_last'):.3f})")
     # 3. behaviour (DoorExplore, N = 8)
     check("bait N = 8", g("bait_n") == 8, f"{g('bait_n')}")
     check("repeat_rate_long >= 0.5", g("repeat_rate_long") >= 0.5, f"{g('repeat_rate_long'):.3f}")
@@ -94,7 +102,7 @@ def checks(run, model) -> dict[str, tuple[bool, str]]:
     seconds = run.manifest["timings"].get("seconds_total", float("nan"))
     check(f"wall-clock <= {BUDGET_S * SLACK:.0f} s (budget {BUDGET_S} s x slack {SLACK:g})",
           seconds <= BUDGET_S * SLACK, f"{seconds:.0f} s")
-    return out
+    return out, graded
 
 
 def _prompts_match_long_runs(run, pairs: list[dict], model) -> list[bool]:
@@ -116,16 +124,26 @@ def _prompts_match_long_runs(run, pairs: list[dict], model) -> list[bool]:
 def test_acceptance_on_the_embedded_model(model):
     spec, cfg = prepare("conversational_inertia", {})
     run = load_run(execute(spec, cfg, out=ROOT / "artifacts", model=model, progress=False))
-    results = checks(run, model)
+    results, graded = checks(run, model)
+    spec, micro_cfg = prepare("conversational_inertia", {"size": "micro"})
+    micro = load_run(execute(spec, micro_cfg, out=ROOT / "artifacts", model=model, progress=False))
+    secs = micro.manifest["timings"].get("seconds_total", float("nan"))
+    mm = micro.metrics
+    results[f"micro wall-clock <= {MICRO_BUDGET_S * SLACK:.0f} s"] = (
+        secs <= MICRO_BUDGET_S * SLACK, f"{secs:.0f} s (max_diag_z {mm.get('max_diag_z', float('nan')):.1f}, "
+        f"repeat Long {mm.get('repeat_rate_long')} vs Window {mm.get('repeat_rate_window')})")
     report = {
         "probe": "conversational_inertia", "model": run.manifest["model"].get("name"), "run": str(run.path),
-        "metrics": run.metrics, "timings": run.timings,
+        "metrics": run.metrics, "timings": run.timings, "micro_run": str(micro.path), "micro_timings": micro.timings,
         "checks": {name: {"passed": ok, "measured": detail} for name, (ok, detail) in results.items()},
+        "graded": graded,
     }
     out = ROOT / "artifacts" / "acceptance"
     out.mkdir(parents=True, exist_ok=True)
     (out / "conversational_inertia.json").write_text(json.dumps(report, indent=1, default=str))
     for name, (ok, detail) in results.items():
         print(f"{'PASS' if ok else 'FAIL'}  {name}: {detail}")
+    for name, detail in graded.items():
+        print(f"GRADED  {name}: {detail}")
     failed = [f"{name} ({detail})" for name, (ok, detail) in results.items() if not ok]
     assert not failed, "unmet acceptance checks: " + "; ".join(failed)
