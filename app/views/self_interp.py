@@ -56,19 +56,26 @@ def render(run: Run) -> None:
 def header(m: dict) -> None:
     fv = common.fmt_value
     cols = st.columns(5)
-    cols[0].metric("recall@10 scalar_affine", fv(m.get("recall_at_10_scalar_affine")),
-                   help=f"held-out topics ({fv(m.get('n_heldout'))}) ranked among {fv(m.get('n_topics'))}")
-    cols[1].metric("identity (best scale)", fv(m.get("recall_at_10_identity")))
-    cols[2].metric("logit-lens echo", fv(m.get("recall_at_10_logit_lens")),
+    cols[0].metric("recall@1 scalar_affine", fv(m.get("recall_at_1_scalar_affine")),
+                   help=f"held-out topics ({fv(m.get('n_heldout'))}) ranked among {fv(m.get('n_topics'))}; "
+                        f"recall@10 {fv(m.get('recall_at_10_scalar_affine'))}")
+    cols[1].metric("identity (best scale)", fv(m.get("recall_at_1_identity")))
+    cols[2].metric("gain over identity", fv(m.get("recall1_gain_vs_identity")),
+                   help="recall@1 gain paired over the held-out topics, with its 95 % paired bootstrap interval: "
+                        f"[{fv(m.get('recall1_gain_vs_identity_ci_lo'))}, "
+                        f"{fv(m.get('recall1_gain_vs_identity_ci_hi'))}]")
+    cols[3].metric("logit-lens echo", fv(m.get("recall_at_1_logit_lens")),
                    help="the vector decoded through the final norm and unembedding; its top tokens as guesses")
-    cols[3].metric("chance@10", fv(m.get("recall_chance_at_10")))
-    cols[4].metric("adapter parameters", fv(m.get("adapter_params")))
+    cols[4].metric("chance@1", fv(m.get("recall_chance_at_1")))
     unchanged = m.get("lm_weights_unchanged")
     st.caption(
-        f"Layer {fv(m.get('layer'))} · scorer `{m.get('retrieval_scorer')}` · template `{m.get('template')}` · "
-        f"placeholder `{m.get('placeholder')}` · LM weights unchanged: **{fv(unchanged)}** · "
-        f"self-interpretation margin (scalar_affine − logit lens, recall@10): {fv(m.get('self_interp_margin_at_10'))}"
-        f" · bias share: {fv(m.get('bias_share'))}"
+        f"Layer {fv(m.get('layer'))} · scorer `{m.get('retrieval_scorer')}` · template `{m.get('template')}` "
+        f"(system turn: {m.get('template_system', 'default')}) · "
+        f"placeholder `{m.get('placeholder')}` · {fv(m.get('adapter_params'))} adapter parameters · LM weights "
+        f"unchanged: **{fv(unchanged)}** · gain over shuffled labels (recall@1): "
+        f"{fv(m.get('recall1_gain_vs_shuffled'))} [{fv(m.get('recall1_gain_vs_shuffled_ci_lo'))}, "
+        f"{fv(m.get('recall1_gain_vs_shuffled_ci_hi'))}] · self-interpretation margin (scalar_affine − logit lens, "
+        f"recall@1): {fv(m.get('self_interp_margin_at_1'))} · bias share: {fv(m.get('bias_share'))}"
     )
 
 
@@ -86,6 +93,9 @@ def leaderboard_panel(run: Run, recall: pd.DataFrame) -> None:
     train = F.heldout_recall(recall, split="train")
     if len(train):
         wide = wide.join(train.pivot_table(index="variant", columns="k", values="recall").add_prefix("train recall@"))
+    gap = {v: run.metrics.get(f"train_minus_heldout_recall1_{v}") for v in wide.index}
+    if any(x is not None for x in gap.values()):
+        wide["train − held-out recall@1"] = pd.Series(gap)
     st.dataframe(wide.reindex([v for v in F.ORDER if v in wide.index]).round(3))
 
 
