@@ -11,29 +11,49 @@
     max_tokens = [64, 128]
 
 Each point's config hash identifies it: a point whose run is already `done` under the output
-root is skipped; a `failed` one is retried only with `retry_failed`. The outcome table goes to
-``<out>/sweeps/<name>/sweep.json``. With Ray, every worker must reach the same output root
-(a shared filesystem on a cluster).
+root is skipped; a `failed` one is retried only with `retry_failed`; one whose run was interrupted
+(its process killed) is run again. The outcome table goes to ``<out>/sweeps/<name>/sweep.json``,
+rewritten atomically when the sweep starts and after every point, so a killed driver leaves the
+last complete state. With Ray, every worker must reach the same output root (a shared filesystem
+on a cluster).
+
+A point runs only under its claim, ``<out>/sweeps/.claims/<probe>-<config hash>.json``, created
+with O_EXCL by the process that runs it (a Ray worker, or the driver itself with the local
+executor) and removed when the run ends. A claim whose holder is gone (its pid on this host, or no
+heartbeat for `claim_ttl` seconds from another host) is taken over. So two drivers of one sweep run
+every point once: a driver that finds a point claimed waits until the holder finishes it (then
+records it `skipped`) or dies (then runs it).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import sys
+import math
+import os
+import secrets
+import socket
+import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .config import config_hash
 from .errors import ConfigError, InterpError
-from .store import atomic_write_text, default_root, jsonable, list_runs
+from .store import _RUN_ID, RunInfo, _now, _pid_alive, atomic_write_text, default_root, inspect_run, jsonable, list_runs
 
 try:
     import tomllib
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
+
+CLAIMS = ".claims"
+CLAIM_TTL = 60.0
+"""Seconds without a heartbeat after which a claim written on another host counts as abandoned."""
+POLL = 1.0
+"""Seconds between the driver's looks at points another process holds."""
 
 
 @dataclass
@@ -56,7 +76,7 @@ class Point:
     overrides: dict[str, Any]
     config_hash: str | None = None
     status: str = "pending"
-    """pending | done | skipped (already done) | failed | invalid"""
+    """pending | done | skipped (already done, or done meanwhile by another driver) | failed | invalid"""
     run_dir: str | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
@@ -76,6 +96,10 @@ def load_sweep(path: str | Path) -> SweepSpec:
         raise InterpError(f"sweep file: unknown keys {sorted(unknown)}; allowed: probe, name, base, grid, zip, models")
     if not isinstance(doc.get("probe"), str):
         raise InterpError("sweep file: 'probe' (a probe name) is required")
+    name = doc.get("name", path.stem)
+    if not isinstance(name, str) or not name or name.startswith(".") or "/" in name or "\\" in name:
+        raise InterpError(f"sweep file: name {name!r} is invalid: a directory name under <out>/sweeps/, "
+                          "not starting with '.'")
     grid = doc.get("grid", {})
     zips = doc.get("zip", [])
     zips = [zips] if isinstance(zips, dict) else zips
@@ -88,7 +112,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
     models = doc.get("models", [])
     if not isinstance(models, list):
         raise InterpError("sweep file: 'models' must be a list of model names")
-    return SweepSpec(doc.get("name", path.stem), doc["probe"], dict(doc.get("base", {})), dict(grid), zips, models)
+    return SweepSpec(name, doc["probe"], dict(doc.get("base", {})), dict(grid), zips, models)
 
 
 def expand(spec: SweepSpec) -> list[Point]:
@@ -110,6 +134,165 @@ def expand(spec: SweepSpec) -> list[Point]:
     return points
 
 
+# ============================================================================= resources
+
+
+@dataclass(frozen=True)
+class PointResources:
+    """What one point asks Ray for (`ray.remote(...).options(num_cpus=..., num_gpus=...)`)."""
+
+    num_cpus: float
+    """CPUs reserved for the point: the sweep's `cpus_per_point`."""
+    num_gpus: float
+    """GPUs: the sweep's `gpus_per_point` when the point's device is CUDA ("cuda", "cuda:0", or "auto" on a
+    cluster that has GPUs), else 0. Ray then sets the worker's CUDA_VISIBLE_DEVICES to the GPUs it gave."""
+
+
+def point_resources(device: str, cpus_per_point: float = 1.0, gpus_per_point: float = 1.0,
+                    cluster_gpus: float = 0.0) -> PointResources:
+    """The Ray request of a point whose config says `device`; ConfigError for a device Ray cannot give.
+
+    A Ray worker sees only the GPUs it was given, numbered from 0, so "cuda:N" with N > 0 is refused
+    (use "cuda"). "auto" picks CUDA when present: it asks for a GPU exactly when the cluster has one.
+    """
+    check_resources(cpus_per_point, gpus_per_point)
+    if device == "cpu":
+        return PointResources(cpus_per_point, 0.0)
+    if device == "auto":
+        return PointResources(cpus_per_point, gpus_per_point if cluster_gpus > 0 else 0.0)
+    if device in ("cuda", "cuda:0"):
+        return PointResources(cpus_per_point, gpus_per_point)
+    if device.startswith("cuda:"):
+        raise ConfigError("device", device, 'on Ray a point sees only the GPU it is given, as cuda:0: use "cuda"')
+    raise ConfigError("device", device, 'one of "auto", "cpu", "cuda", "cuda:0" under the Ray executor')
+
+
+def check_resources(cpus_per_point: float, gpus_per_point: float) -> None:
+    for name, value in (("cpus_per_point", cpus_per_point), ("gpus_per_point", gpus_per_point)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ConfigError(name, value, "a positive number (fractions share a CPU or GPU between points)")
+
+
+# ============================================================================= claims
+
+
+def claim_path(out: Path | str, probe: str, chash: str) -> Path:
+    """The claim file of the point with this config hash under the output root."""
+    return Path(out) / "sweeps" / CLAIMS / f"{probe}-{chash}.json"
+
+
+@dataclass
+class Claim:
+    """A point's claim, held by this process until `release()`; a thread refreshes its mtime (the heartbeat)."""
+
+    path: Path
+    """The claim file."""
+    token: str
+    """The random token written in it: only the holder that wrote it removes it."""
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    def heartbeat(self, every: float) -> None:
+        def beat():
+            while not self._stop.wait(every):
+                try:
+                    os.utime(self.path)
+                except FileNotFoundError:
+                    return
+
+        threading.Thread(target=beat, name="interp-claim-heartbeat", daemon=True).start()
+
+    def release(self) -> None:
+        self._stop.set()
+        held = read_claim(self.path)
+        if held is not None and held.get("token") == self.token:
+            self.path.unlink(missing_ok=True)
+
+
+def read_claim(path: Path) -> dict[str, Any] | None:
+    """The claim's record; None when there is no claim, {} while it is being written (or unreadable)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    try:
+        record = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _alive(record: dict[str, Any], path: Path, ttl: float) -> bool:
+    """Whether a claim's holder may still be running its point."""
+    pid = record.get("pid")
+    if record.get("host") == socket.gethostname() and isinstance(pid, int):
+        return _pid_alive(pid)
+    try:
+        return time.time() - path.stat().st_mtime < ttl  # another host (or a claim being written): the heartbeat
+    except FileNotFoundError:
+        return False
+
+
+def claim_holder(path: Path, ttl: float = CLAIM_TTL) -> dict[str, Any] | None:
+    """The record of a live claim on `path`, or None when nobody holds it (no claim, or an abandoned one)."""
+    record = read_claim(path)
+    return record if record is not None and _alive(record, path, ttl) else None
+
+
+def try_claim(path: Path, ttl: float = CLAIM_TTL) -> Claim | None:
+    """Take the claim on `path` (an O_EXCL create); None when a live process holds it. An abandoned claim is
+    moved aside (one rename wins) and taken; if what was moved turns out to be a fresh claim, it is put back."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_hex(8)
+    record = {"host": socket.gethostname(), "pid": os.getpid(), "token": token, "claimed": _now()}
+    for _ in range(8):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            held = read_claim(path)
+            if held is None:
+                continue  # released meanwhile: try again
+            if _alive(held, path, ttl):
+                return None
+            aside = path.with_name(f".{path.name}.{token}.stale")
+            try:
+                os.rename(path, aside)
+            except FileNotFoundError:
+                continue
+            if read_claim(aside) != held:  # a fresh claim replaced the abandoned one meanwhile: give it back
+                try:
+                    os.link(aside, path)
+                except FileExistsError:
+                    pass
+                aside.unlink(missing_ok=True)
+                return None
+            aside.unlink(missing_ok=True)
+            continue
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(record))
+            f.flush()
+            os.fsync(f.fileno())
+        return Claim(path, token)
+    return None
+
+
+def done_runs(out: Path | str, probe: str, chash: str) -> list[RunInfo]:
+    """The `done` runs (files verified) of the config hash `chash` under `out`, found by the hash in the run id."""
+    base = Path(out) / probe
+    if not base.is_dir():
+        return []
+    found = []
+    for d in base.glob(f"*-{chash[:8]}-*"):
+        if d.is_dir() and _RUN_ID.match(d.name):
+            info = inspect_run(d)
+            if info.status == "done" and info.config_hash == chash:
+                found.append(info)
+    return sorted(found, key=lambda r: r.run_id)
+
+
+# ============================================================================= planning and running
+
+
 def _prepare_point(probe: str, point: Point):
     from .runner import prepare
 
@@ -122,17 +305,34 @@ def _prepare_point(probe: str, point: Point):
     return spec, cfg
 
 
-def _execute_point(probe: str, overrides: dict[str, Any], out: str, progress: bool = False) -> dict[str, Any]:
-    """Run one point (in this process or a Ray worker); never raises."""
+def _execute_point(probe: str, overrides: dict[str, Any], out: str, progress: bool = False,
+                   claim_ttl: float = CLAIM_TTL) -> dict[str, Any]:
+    """Run one point under its claim (in this process or a Ray worker); never raises.
+
+    status: done | failed | skipped (another process finished it before the claim was taken) | claimed (another
+    live process holds it: the driver waits for that one).
+    """
     from .runner import execute, prepare
     from .store import load_run
 
+    claim = None
     try:
         spec, cfg = prepare(probe, overrides)
+        chash = config_hash(probe, cfg)
+        claim = try_claim(claim_path(out, probe, chash), claim_ttl)
+        if claim is None:
+            return {"status": "claimed"}
+        claim.heartbeat(max(0.5, claim_ttl / 4))
+        done = done_runs(out, probe, chash)
+        if done:
+            return {"status": "skipped", "run_dir": str(done[0].path), "metrics": done[0].metrics}
         path = execute(spec, cfg, out=out, progress=progress)
         return {"status": "done", "run_dir": str(path), "metrics": load_run(path, verify=False).metrics}
     except BaseException as e:  # noqa: BLE001 - a point's failure is recorded, the sweep goes on
         return {"status": "failed", "error": f"{type(e).__name__}: {e}"}
+    finally:
+        if claim is not None:
+            claim.release()
 
 
 def plan(spec: SweepSpec, out: Path, retry_failed: bool = False) -> tuple[list[Point], list[Point]]:
@@ -157,48 +357,124 @@ def plan(spec: SweepSpec, out: Path, retry_failed: bool = False) -> tuple[list[P
     return points, todo
 
 
-def run_local(spec: SweepSpec, todo: list[Point], out: Path, progress: bool) -> None:
-    from tqdm.auto import tqdm
+def _settle(probe: str, p: Point, out: Path, claim_ttl: float) -> str:
+    """"finished" when a done run of the point exists (it is then recorded as skipped), "held" while another
+    live process holds its claim, else "free"."""
+    runs = done_runs(out, probe, p.config_hash or "")
+    if runs:
+        p.status, p.run_dir, p.metrics, p.error = "skipped", str(runs[0].path), runs[0].metrics, None
+        return "finished"
+    return "held" if claim_holder(claim_path(out, probe, p.config_hash or ""), claim_ttl) else "free"
 
-    # points of one model run together so the cached model is reused, not reloaded
-    for p in tqdm(sorted(todo, key=lambda p: str(p.overrides.get("model", ""))), desc="sweep", disable=not progress):
-        result = _execute_point(spec.probe, p.overrides, str(out))
-        _apply(p, result)
+
+def _drive(probe: str, todo: list[Point], out: Path, limit: int, claim_ttl: float,
+           start: Callable[[Point], None], wait: Callable[[float], Iterable[tuple[Point, dict[str, Any]]]],
+           on_point: Callable[[Point], None]) -> None:
+    """The driver loop of both executors. A point whose claim is free is started (`start`); results come back
+    from `wait(timeout)`. A point another process holds is parked and looked at every POLL seconds until that
+    process finishes it (recorded `skipped`) or its claim is abandoned (started here)."""
+    # points of one model run together so a worker's cached model is reused, not reloaded
+    queue = sorted(todo, key=lambda p: str(p.overrides.get("model", "")))
+    parked: list[Point] = []
+    running = 0
+    looked = time.monotonic()
+    while queue or parked or running:
+        if parked and time.monotonic() - looked >= POLL:
+            looked = time.monotonic()
+            queue += parked
+            parked = []
+        while queue and running < limit:
+            p = queue.pop(0)
+            state = _settle(probe, p, out, claim_ttl)
+            if state == "finished":
+                on_point(p)
+            elif state == "held":
+                parked.append(p)
+            else:
+                start(p)
+                running += 1
+        if not running:
+            if parked:
+                time.sleep(POLL)
+            continue
+        for p, result in wait(POLL):
+            running -= 1
+            if result["status"] == "claimed":
+                parked.append(p)
+            else:
+                _apply(p, result)
+                on_point(p)
+
+
+def run_local(spec: SweepSpec, todo: list[Point], out: Path, progress: bool, claim_ttl: float = CLAIM_TTL,
+              on_point: Callable[[Point], None] = lambda p: None) -> None:
+    started: list[Point] = []
+    _drive(spec.probe, todo, out, 1, claim_ttl, started.append,
+           lambda timeout: [(p, _execute_point(spec.probe, p.overrides, str(out), claim_ttl=claim_ttl))
+                            for p in [started.pop()]],
+           on_point)
+
+
+def check_ray_address(address: str | None) -> None:
+    """InterpError in one line when a cluster address is malformed or nothing listens there (5 s at most),
+    before Ray's own connection attempts (which retry for a minute)."""
+    if address in (None, "auto", "local"):
+        return
+    host, _, port = address.split("://", 1)[-1].rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError("ray_address", address, "host:port of a Ray cluster's head (or ray://host:port, auto)")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as e:
+        raise InterpError(f"cannot reach the Ray cluster at {address}: {e.strerror or e}") from None
+
+
+def point_devices(spec: SweepSpec, todo: list[Point], cpus_per_point: float, gpus_per_point: float) -> dict[int, str]:
+    """Each point's config device by index; ConfigError for one that Ray cannot give (`point_resources`)."""
+    from .registry import get_probe
+
+    devices = {p.index: get_probe(spec.probe).config(p.overrides).device for p in todo}
+    for device in set(devices.values()):
+        point_resources(device, cpus_per_point, gpus_per_point)
+    return devices
 
 
 def run_ray(spec: SweepSpec, todo: list[Point], out: Path, address: str | None, max_parallel: int | None,
-            progress: bool) -> None:
-    import os
-
+            progress: bool, cpus_per_point: float = 1.0, gpus_per_point: float = 1.0,
+            claim_ttl: float = CLAIM_TTL, on_point: Callable[[Point], None] = lambda p: None) -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
         import ray
     except ImportError:
         raise InterpError("the ray executor needs the 'ray' extra: pip install 'interp[ray]'") from None
+    devices = point_devices(spec, todo, cpus_per_point, gpus_per_point)
     started_here = not ray.is_initialized()
     if started_here:
         ray.init(address=address, include_dashboard=False, log_to_driver=False,
                  **({} if address else {"num_cpus": max(1, min(os.cpu_count() or 1, max_parallel or 64))}))
     try:
+        cluster_gpus = float(ray.cluster_resources().get("GPU", 0))
         remote = ray.remote(max_retries=0)(_execute_point)
         pending: dict[Any, Point] = {}
-        queue = list(todo)
-        limit = max_parallel or len(queue) or 1
-        while queue or pending:
-            while queue and len(pending) < limit:
-                p = queue.pop(0)
-                gpu = 1 if str(p.overrides.get("device", "")).startswith("cuda") else 0
-                ref = remote.options(num_cpus=1, num_gpus=gpu).remote(spec.probe, p.overrides, str(out.resolve()))
-                pending[ref] = p
-            ready, _ = ray.wait(list(pending), num_returns=1)
+        root = str(out.resolve())
+
+        def start(p: Point) -> None:
+            res = point_resources(devices[p.index], cpus_per_point, gpus_per_point, cluster_gpus)
+            ref = remote.options(num_cpus=res.num_cpus, num_gpus=res.num_gpus).remote(
+                spec.probe, p.overrides, root, False, claim_ttl)
+            pending[ref] = p
+
+        def wait(timeout: float):
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)
             for ref in ready:
                 p = pending.pop(ref)
                 try:
-                    _apply(p, ray.get(ref))
-                except Exception as e:  # noqa: BLE001 - a dead worker fails its point only
-                    _apply(p, {"status": "failed", "error": f"worker failed: {type(e).__name__}: {e}"})
-                if progress:
-                    print(f"  point {p.index}: {p.status}", file=sys.stderr, flush=True)
+                    yield p, ray.get(ref)
+                except Exception as e:  # noqa: BLE001 - a dead worker or node fails its point only
+                    cause = " ".join(str(e).split())[:400]
+                    yield p, {"status": "failed", "error": f"worker failed: {type(e).__name__}: {cause}"}
+
+        _drive(spec.probe, todo, out, max_parallel or len(todo) or 1, claim_ttl, start, wait, on_point)
     finally:
         if started_here:
             ray.shutdown()
@@ -212,33 +488,70 @@ def _apply(p: Point, result: dict[str, Any]) -> None:
 
 
 def sweep(file: str | Path, out: str | Path | None = None, executor: str = "local", ray_address: str | None = None,
-          max_parallel: int | None = None, retry_failed: bool = False, progress: bool = True) -> dict[str, Any]:
-    """Run a sweep file; returns the sweep record (also written to <out>/sweeps/<name>/sweep.json)."""
+          max_parallel: int | None = None, retry_failed: bool = False, progress: bool = True,
+          cpus_per_point: float = 1.0, gpus_per_point: float = 1.0, claim_ttl: float = CLAIM_TTL) -> dict[str, Any]:
+    """Run a sweep file; returns the sweep record (also written to <out>/sweeps/<name>/sweep.json, atomically,
+    when the sweep starts, after every point and at the end).
+
+    With executor="ray", each point is a Ray task asking for `cpus_per_point` CPUs and, when its device is CUDA,
+    `gpus_per_point` GPUs (`point_resources`); `ray_address` names an existing cluster, else a local runtime
+    starts. `claim_ttl`: seconds without a heartbeat after which another host's claim on a point is abandoned.
+    """
     if executor not in ("local", "ray"):
         raise ConfigError("executor", executor, '"local" or "ray"')
-    if max_parallel is not None and max_parallel < 1:
+    if ray_address is not None and executor != "ray":
+        raise ConfigError("ray_address", ray_address, 'only with executor="ray"')
+    if max_parallel is not None and (isinstance(max_parallel, bool) or not isinstance(max_parallel, int)
+                                     or max_parallel < 1):
         raise ConfigError("max_parallel", max_parallel, "a positive integer")
+    check_resources(cpus_per_point, gpus_per_point)
+    if isinstance(claim_ttl, bool) or not isinstance(claim_ttl, (int, float)) or not claim_ttl > 0:
+        raise ConfigError("claim_ttl", claim_ttl, "a positive number of seconds")
     spec = load_sweep(file)
     from .registry import get_probe
 
     get_probe(spec.probe)
     out = Path(out) if out is not None else default_root()
     t0 = time.time()
+    if executor == "ray":
+        check_ray_address(ray_address)
     points, todo = plan(spec, out, retry_failed)
-    if todo:
-        if executor == "ray":
-            run_ray(spec, todo, out, ray_address, max_parallel, progress)
-        else:
-            run_local(spec, todo, out, progress)
-    record = {
-        "schema": 1, "name": spec.name, "file": str(Path(file).resolve()), "probe": spec.probe,
-        "keys": spec.keys, "executor": executor, "seconds": round(time.time() - t0, 3),
-        "points": [asdict(p) for p in points],
-    }
+    if executor == "ray":
+        point_devices(spec, todo, cpus_per_point, gpus_per_point)  # before anything is written
     dest = out / "sweeps" / spec.name
-    dest.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(dest / "sweep.json", json.dumps(jsonable(record), indent=1))
-    return record
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InterpError(f"cannot create the sweep directory {dest}: {e.strerror or e}") from None
+    lock = threading.Lock()
+
+    def write(state: str) -> dict[str, Any]:
+        record = {
+            "schema": 1, "name": spec.name, "file": str(Path(file).resolve()), "probe": spec.probe,
+            "keys": spec.keys, "executor": executor, "state": state, "seconds": round(time.time() - t0, 3),
+            "driver": {"host": socket.gethostname(), "pid": os.getpid()}, "updated": _now(),
+            "points": [asdict(p) for p in points],
+        }
+        with lock:
+            atomic_write_text(dest / "sweep.json", json.dumps(jsonable(record), indent=1))
+        return record
+
+    write("running")
+    if todo:
+        from tqdm.auto import tqdm
+
+        with tqdm(total=len(todo), desc=f"sweep {spec.name}", disable=not progress) as bar:
+            def on_point(p: Point) -> None:
+                write("running")
+                bar.set_postfix_str(f"point {p.index}: {p.status}")
+                bar.update()
+
+            if executor == "ray":
+                run_ray(spec, todo, out, ray_address, max_parallel, progress, cpus_per_point, gpus_per_point,
+                        claim_ttl, on_point)
+            else:
+                run_local(spec, todo, out, progress, claim_ttl, on_point)
+    return write("finished")
 
 
 def format_table(record: dict[str, Any], n_metrics: int = 3) -> str:
@@ -254,7 +567,8 @@ def format_table(record: dict[str, Any], n_metrics: int = 3) -> str:
 def main(args) -> int:
     """`interp sweep FILE ...`: exit 0 when every point is done or skipped, else 1."""
     record = sweep(args.file, out=args.out, executor=args.executor, ray_address=args.ray_address,
-                   max_parallel=args.max_parallel, retry_failed=args.retry_failed, progress=not args.quiet)
+                   max_parallel=args.max_parallel, retry_failed=args.retry_failed, progress=not args.quiet,
+                   cpus_per_point=args.cpus_per_point, gpus_per_point=args.gpus_per_point)
     print(format_table(record))
     dest = Path(args.out or default_root()) / "sweeps" / record["name"] / "sweep.json"
     print(dest)
