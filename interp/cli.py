@@ -250,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--executor", choices=("local", "ray"), default="local")
     s.add_argument("--ray-address")
     s.add_argument("--max-parallel", type=int)
+    s.add_argument("--cpus-per-point", type=float, default=1.0, help="CPUs each point asks Ray for (default 1)")
+    s.add_argument("--gpus-per-point", type=float, default=1.0,
+                   help="GPUs each CUDA point asks Ray for (default 1; a fraction shares a GPU)")
     s.add_argument("--retry-failed", action="store_true")
     s.add_argument("--out")
     s.add_argument("-q", "--quiet", action="store_true")
