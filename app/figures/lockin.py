@@ -158,6 +158,24 @@ def early_harm(rates_frame: pd.DataFrame, rho: float | None, rho_random: float |
     return fig
 
 
+def harm_curve(curve: pd.DataFrame, harm_step: float | None = None) -> go.Figure:
+    """The harm signal as a curve: Spearman, across runs, of the predicted degradation at each logged step (stiff
+    subspace and random-frame control) and of the observed b at that step against the final b."""
+    fig = go.Figure()
+    for col, name, colour, dash in (("harm_rho", "predicted degradation (stiff subspace)", "#c62828", "solid"),
+                                    ("harm_random_rho", "random k-frame control", "#757575", "dash"),
+                                    ("observed_b_rho", "observed b so far", "#1565c0", "dot")):
+        fig.add_trace(go.Scatter(x=curve["step"], y=curve[col], mode="lines+markers", name=name,
+                                 line={"color": colour, "dash": dash}))
+    if harm_step is not None:
+        fig.add_vline(x=harm_step, line_dash="dot", line_color="#888", annotation_text="early_frac step")
+    fig.add_hline(y=0, line_color="#bbb")
+    fig.update_layout(title="Harm signal against the final broad degradation, measured at every logged step",
+                      xaxis_title="step the signal is read at", yaxis_title="Spearman ρ across runs",
+                      yaxis_range=[-1.05, 1.05], height=400)
+    return fig
+
+
 def series(runs: pd.DataFrame, col: str, title: str, y_title: str, log_y: bool = False) -> go.Figure:
     """One logged column against step, a line per run."""
     fig = go.Figure()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import streamlit as st
 
 from app import common
@@ -120,6 +122,13 @@ def harm_panel(run: Run, runs) -> None:
     m = run.metrics
     st.plotly_chart(F.early_harm(run.table("rates"), m.get("harm_signal_spearman"),
                                  m.get("harm_signal_random_spearman")), key=K + "early")
+    if _has(run, "harm_curve") and len(run.table("harm_curve")):
+        steps = run.config.get("steps")
+        frac = run.config.get("early_frac")
+        harm_step = math.ceil(frac * steps) if steps and frac else None
+        st.plotly_chart(F.harm_curve(run.table("harm_curve"), harm_step), key=K + "harm_curve")
+        st.caption("Negative ρ would mean the wrong sign; the claim is a strongly positive ρ early in the run, above "
+                   "the random-frame control and above what the observed b already tells.")
 
 
 def subspace_panel(run: Run, runs) -> None:

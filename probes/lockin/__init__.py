@@ -24,10 +24,12 @@ class LockinConfig(ProbeConfig):
 
     narrow_task: Literal["style"] = "style"
     """Narrow task: "style" (weather reports from ~30 templates, LM loss at every position but 0)."""
-    trainable: Literal["last_mlp"] = "last_mlp"
-    """Trainable slice: the MLP (gate/up/down) of the last block; everything else is frozen."""
+    trainable: Literal["last_mlp", "last_attn_o"] = "last_mlp"
+    """Trainable slice: last_mlp (the MLP, gate/up/down, of the last block) or last_attn_o (the attention output
+    projection W_O of the last block, its frozen MLP above it); everything else is frozen."""
     cache_inputs: bool = True
-    """Cache the residual entering the slice (resid_mid of the last block) once; false recomputes it."""
+    """Cache the slice's input once (resid_mid of the last block; resid_pre and z for last_attn_o); false recomputes
+    it."""
     train_unembed: Literal["auto", "float32", "bfloat16"] = "auto"
     """Dtype of the unembedding matmul in training steps (float32 accumulation and loss either way; evaluation,
     curvature and every check stay float32). auto: bfloat16 on CUDA or a CPU with native bf16, else float32."""

@@ -169,6 +169,24 @@ def harm(frame: pd.DataFrame, steps_frame: pd.DataFrame, runs: Sequence[str], ha
     }
 
 
+def harm_curve(frame: pd.DataFrame, runs: Sequence[str]) -> pd.DataFrame:
+    """The harm signal measured at every logged step: Spearman of each run's predicted degradation at that step
+    (and of the random-subspace control's) against the runs' final b, and of the observed b at that step against
+    the final b (what watching b alone tells). Rows: step, harm_rho, harm_random_rho, observed_b_rho, n_runs."""
+    final = {rid: float(frame[frame["run_id"] == rid].sort_values("step")["b"].iloc[-1]) for rid in runs}
+    steps = sorted(set.intersection(*[set(frame[frame["run_id"] == rid]["step"]) for rid in runs])) if runs else []
+    rows = []
+    for t in steps:
+        if t == 0:
+            continue
+        at = frame[frame["step"] == t].set_index("run_id")
+        f = [final[r] for r in runs]
+        rows.append({"step": int(t), "harm_rho": spearman([at.pred_deg[r] for r in runs], f),
+                     "harm_random_rho": spearman([at.pred_deg_random[r] for r in runs], f),
+                     "observed_b_rho": spearman([at.b[r] for r in runs], f), "n_runs": len(runs)})
+    return pd.DataFrame(rows, columns=["step", "harm_rho", "harm_random_rho", "observed_b_rho", "n_runs"])
+
+
 def below_curve(fit: dict, frame: pd.DataFrame, rid: str, levels=BELOW_LEVELS) -> tuple[bool, list[dict]]:
     """True if the run's b lies below g(u) - 2 sigma_res at >= 2 reached levels and never above
     g(u) + 2 sigma_res."""

@@ -137,6 +137,7 @@ def across_runs(logs: dict, grid: list[RunSpec], cfg: LockinConfig) -> dict:
             below.append(ok)
             below_rows += [{"run_id": rid, **r} for r in rows]
     cps = analysis.change_points(frame, ids)
+    hcurve = analysis.harm_curve(frame, ids)
     rates = rates.merge(harm["per_run"], on="run_id", how="left")
     if fit is not None:
         rates["resid_sd"] = rates["run_id"].map(fit["per_run_sd"])
@@ -164,8 +165,14 @@ def across_runs(logs: dict, grid: list[RunSpec], cfg: LockinConfig) -> dict:
         "t_u50_by_run": rates.set_index("run_id")["t_u50"].to_dict(),
         "lt_min": float(frame["L_T"].min()),
     }
+    late = hcurve[hcurve.step >= cfg.steps / 2]
+    metrics.update({  # the harm signal as a curve over the run (harm_curve.parquet), summarised
+        "harm_signal_spearman_best": float(hcurve.harm_rho.min()) if len(hcurve) else math.nan,
+        "harm_signal_spearman_late": float(late.harm_rho.mean()) if len(late) else math.nan,
+        "harm_signal_random_spearman_late": float(late.harm_random_rho.mean()) if len(late) else math.nan,
+    })
     return {"frame": frame, "fit": fit, "rates": rates, "paradox": paradox, "below": pd.DataFrame(below_rows),
-            "changepoints": cps, "metrics": metrics}
+            "changepoints": cps, "harm_curve": hcurve, "metrics": metrics}
 
 
 # ============================================================================= 9. overhead
@@ -235,6 +242,7 @@ def save(ctx: RunContext, cfg: LockinConfig, problem: ModelProblem, sr: StiffRes
     ctx.save_table("paradox", stats["paradox"])
     ctx.save_table("below_curve", stats["below"])
     ctx.save_table("changepoints", stats["changepoints"])
+    ctx.save_table("harm_curve", stats["harm_curve"])
     st = sr.stiff
     tensors = {
         "lambda": st.lam.float(),

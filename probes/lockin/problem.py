@@ -23,7 +23,7 @@ from .curvature import (
     psd_min_rayleigh,
 )
 from .data import broad_texts, token_sequences, weather_reports
-from .slice import Positions, Slice, cache_exactness, gather_positions, resid_mid
+from .slice import Positions, Slice, cache_exactness, gather_positions, slice_inputs
 from .track import Stiff, random_frame
 
 EVAL_POS_PER_SEQ = 16
@@ -42,10 +42,9 @@ class ModelProblem:
         self.model, self.cfg = model, cfg
         if any(p.requires_grad for p in model.hf.parameters()):  # the cache is exact only if nothing below moves
             raise InterpError("lockin: the model has trainable parameters; cached slice inputs need it frozen")
-        self.sl = Slice(model, train_unembed=cfg.train_unembed)
+        self.sl = Slice(model, train_unembed=cfg.train_unembed, part=cfg.trainable)
         self.theta0 = self.sl.theta0
         self.P = self.sl.P
-        L = self.sl.layer
         n_reports = math.ceil(cfg.train_seqs * cfg.seq_len / 12) + 16
         train_texts = weather_reports(n_reports, False, rng)
         self.train_ids = token_sequences(model, train_texts, cfg.train_seqs, cfg.seq_len, rng)
@@ -59,7 +58,7 @@ class ModelProblem:
         self.broad_pos = sample_positions(n_broad, EVAL_POS_PER_SEQ, cfg.seq_len, gen).to(model.device)
         self.n_cached_tokens = 0
         if cfg.cache_inputs:
-            self.train_resid = resid_mid(model, L, self.train_ids)
+            self.train_resid = slice_inputs(model, self.sl, self.train_ids)
             self.n_cached_tokens += self.train_ids.numel()
         self.narrow = self._positions(self.narrow_ids, self.narrow_pos)
         self.broad = self._positions(self.broad_ids, self.broad_pos)
@@ -70,7 +69,7 @@ class ModelProblem:
         self.data_seed = 0
 
     def _positions(self, ids: Tensor, pos: Tensor) -> Positions:
-        return gather_positions(resid_mid(self.model, self.sl.layer, ids), ids, pos)
+        return gather_positions(slice_inputs(self.model, self.sl, ids), ids, pos)
 
     # -- the fixed data order -------------------------------------------------------------
     def order(self, seed: int, steps: int) -> tuple[Tensor, Tensor]:
@@ -101,7 +100,7 @@ class ModelProblem:
         if self.cfg.cache_inputs:
             resid = self.train_resid[seqs]
         else:
-            resid = resid_mid(self.model, self.sl.layer, ids)
+            resid = slice_inputs(self.model, self.sl, ids)
         return gather_positions(resid, ids, pos)
 
     # -- evaluation -----------------------------------------------------------------------

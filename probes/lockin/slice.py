@@ -1,12 +1,17 @@
 """The trainable top slice as a pure function of a flat parameter vector theta.
 
-The slice is the MLP of the last block. Everything below it is frozen, so the residual entering
-it (`resid_mid` of the last block) is computed once per sequence and cached; the slice is then
+Two slices (`LockinConfig.trainable`), both in the last block, with everything below them frozen so
+that their inputs are computed once per sequence and cached:
 
-    logits = W_U . final_norm(resid_mid + MLP_theta(norm(resid_mid)))
+- last_mlp (default): the MLP (gate/up/down); input resid_mid,
+      logits = W_U . final_norm(resid_mid + MLP_theta(norm(resid_mid)))
+- last_attn_o: the attention's output projection W_O (o_proj); inputs resid_pre and the attention's
+  mixed values z (the o_proj input, fixed because q/k/v are frozen), then the frozen MLP,
+      h_mid = resid_pre + [post_attn_norm](O_theta z),  logits = W_U . final_norm(h_mid + MLP(norm(h_mid)))
 
-evaluated only at sampled positions. The shared model's weights are never written: theta is a
-separate tensor substituted with `torch.func.functional_call`.
+Both are evaluated only at sampled positions; the cached input is one (n, width) tensor (last_attn_o:
+resid_pre and z side by side). The shared model's weights are never written: theta is a separate
+tensor substituted with `torch.func.functional_call`.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from interp.precision import fast_dtype
 from interp.sites import Site
 
 MATRICES = ("gate_proj.weight", "up_proj.weight", "down_proj.weight")
+SLICES = ("last_mlp", "last_attn_o")
 
 
 class _Stop(Exception):
@@ -45,16 +51,26 @@ class Positions:
 
 
 class Slice:
-    """theta (P,) -> logits at cached positions, for the MLP of block `layer` (default: the last)."""
+    """theta (P,) -> logits at cached positions, for the MLP (or W_O) of block `layer` (default: the last)."""
 
-    def __init__(self, model, layer: int | None = None, train_unembed: str = "float32"):
-        self.model = model
+    def __init__(self, model, layer: int | None = None, train_unembed: str = "float32", part: str = "last_mlp"):
+        if part not in SLICES:
+            raise ValueError(f"slice {part!r}: one of {', '.join(SLICES)}")
+        self.model, self.part = model, part
         self.layer = model.info.n_layers - 1 if layer is None else layer
         block = model.layer_module(self.layer)
         self.block, self.mlp = block, block.mlp
         self.gemma_style = hasattr(block, "pre_feedforward_layernorm")
-        params = dict(self.mlp.named_parameters())
-        self.names = list(MATRICES)
+        self.d_model = model.info.d_model
+        if part == "last_attn_o":
+            self.module = block.self_attn.o_proj
+            if getattr(self.module, "bias", None) is not None:
+                raise ValueError("last_attn_o: an o_proj with a bias is not supported")
+            self.names = ["weight"]
+        else:
+            self.module = self.mlp
+            self.names = list(MATRICES)
+        params = dict(self.module.named_parameters())
         self.shapes = [tuple(params[n].shape) for n in self.names]
         self.numels = [params[n].numel() for n in self.names]
         self.P = sum(self.numels)
@@ -70,6 +86,7 @@ class Slice:
         out = copy.copy(self)
         out.block = copy.deepcopy(self.block).to(dtype)
         out.mlp = out.block.mlp
+        out.module = out.block.self_attn.o_proj if self.part == "last_attn_o" else out.mlp
         out.final = copy.deepcopy(self.final).to(dtype)
         out.W_U = self.W_U.to(dtype)
         out.train_dtype, out.W_U_train = dtype, out.W_U
@@ -86,6 +103,8 @@ class Slice:
 
     def split(self, vec: Float[Tensor, " P"]) -> list[tuple[str, Tensor]]:
         """Per-matrix views (name, matrix) of a parameter-space vector."""
+        if self.part == "last_attn_o":
+            return [(f"L{self.layer}.attn.o_proj", v) for v in self.unflatten(vec).values()]
         return [(f"L{self.layer}.mlp.{n.split('.')[0]}", v) for n, v in self.unflatten(vec).items()]
 
     # -- the function -------------------------------------------------------------------
@@ -93,6 +112,15 @@ class Slice:
         """Final-normed hidden state after the slice (the unembedding's input)."""
         x = resid.to(self.W_U.dtype)
         params = {k: v.to(x.dtype) for k, v in self.unflatten(theta).items()}
+        if self.part == "last_attn_o":  # x = [resid_pre | z]: W_O is trained, the MLP above it is frozen
+            pre, z = x[:, : self.d_model], x[:, self.d_model :]  # (n, d_model), (n, n_heads * d_head)
+            o = functional_call(self.module, params, (z,))  # (n, d_model)
+            x = pre + (self.block.post_attention_layernorm(o) if self.gemma_style else o)
+            if self.gemma_style:
+                h = x + self.block.post_feedforward_layernorm(self.mlp(self.block.pre_feedforward_layernorm(x)))
+            else:
+                h = x + self.mlp(self.block.post_attention_layernorm(x))
+            return self.final(h)
         if self.gemma_style:
             m = functional_call(self.mlp, params, (self.block.pre_feedforward_layernorm(x),))
             h = x + self.block.post_feedforward_layernorm(m)
@@ -158,6 +186,39 @@ def resid_mid(model, layer: int, input_ids: Int[Tensor, "b pos"], batch_size: in
     return torch.cat(outs)
 
 
+@torch.no_grad()
+def resid_pre_z(model, layer: int, input_ids: Int[Tensor, "b pos"], batch_size: int = 16
+                ) -> Float[Tensor, "b pos width"]:
+    """[resid_pre | z] of `layer` (width d_model + n_heads * d_head) for every position, the forward stopped at z
+    (the o_proj input): the cached input of the last_attn_o slice."""
+    outs = []
+    for i in range(0, input_ids.shape[0], batch_size):
+        ids = input_ids[i : i + batch_size]
+        got: dict[str, Tensor] = {}
+
+        def keep_pre(act: Tensor, got: dict[str, Tensor] = got) -> None:
+            got["pre"] = act.detach().float().clone()
+
+        def keep_z(act: Tensor, got: dict[str, Tensor] = got) -> None:
+            got["z"] = act.detach().float().reshape(*act.shape[:2], -1).clone()  # (b, pos, n_heads * d_head)
+            raise _Stop
+
+        with model.hooks([(Site("resid_pre", layer), keep_pre), (Site("attn_z", layer), keep_z)]):
+            try:
+                model.forward(ids, torch.ones_like(ids))
+            except _Stop:
+                pass
+        outs.append(torch.cat([got["pre"], got["z"]], -1))
+    return torch.cat(outs)
+
+
+def slice_inputs(model, sl: "Slice", input_ids: Int[Tensor, "b pos"]) -> Float[Tensor, "b pos width"]:
+    """The cached input of slice `sl` at every position: resid_mid (last_mlp) or [resid_pre | z] (last_attn_o)."""
+    if sl.part == "last_attn_o":
+        return resid_pre_z(model, sl.layer, input_ids)
+    return resid_mid(model, sl.layer, input_ids)
+
+
 def gather_positions(resid: Tensor, ids: Tensor, pos: Int[Tensor, "b k"]) -> Positions:
     """Positions (resid at pos, target = the next token) for each sequence's sampled positions."""
     rows = torch.arange(ids.shape[0])[:, None].expand_as(pos)
@@ -170,6 +231,6 @@ def cache_exactness(model, sl: Slice, ids: Tensor, pos: Tensor) -> float:
     full = model.forward(ids, torch.ones_like(ids)).float()
     rows = torch.arange(ids.shape[0])[:, None].expand_as(pos)
     full = full[rows, pos].reshape(-1, full.shape[-1])
-    resid = resid_mid(model, sl.layer, ids)
+    resid = slice_inputs(model, sl, ids)
     cached = sl.logits(sl.theta0, resid[rows, pos].reshape(-1, resid.shape[-1]))
     return float((full - cached).abs().max())
