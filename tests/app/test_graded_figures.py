@@ -23,7 +23,8 @@ def test_gamma_response_draws_each_condition_with_its_interval():
     fig = G.gamma_response(pd.DataFrame(rows))
     assert len(fig.data) == 2 * 4  # accuracy and margin per (condition, seed)
     slash = [t for t in fig.data if t.name == "SLASH on S"]
-    assert list(slash[0].y) == pytest.approx([0.6, 0.6, 0.5]) and list(slash[0].error_y.array) == pytest.approx([0.1] * 3)
+    assert list(slash[0].y) == pytest.approx([0.6, 0.6, 0.5])
+    assert list(slash[0].error_y.array) == pytest.approx([0.1] * 3)
 
 
 def test_sft_sweep_and_progress_figures():
