@@ -5,7 +5,6 @@ Every function takes the tables / tensors as the store returns them (pandas fram
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -38,17 +37,38 @@ def prompt_means(tensors: Mapping[str, np.ndarray], group: int = 1) -> dict[str,
 
 
 def n_keep(n: int, p: float) -> int:
-    return max(1, math.floor(n * p + 1e-9))
+    """max(1, int(n * p)): the released code's per-layer count (as the probe)."""
+    return max(1, int(n * p))
 
 
-def keystone_at(means: Mapping[str, Mapping[str, np.ndarray]], p: float) -> dict[str, np.ndarray]:
-    """Per-layer top-p of every prompt (ties to the lower index), intersected over prompts: type -> bool."""
+def kv_repeat(model: Mapping, config: Mapping) -> dict[str, tuple[int, int]]:
+    """type -> (d_head, n_rep) of the K/V types the run ranked at query width (kv_width="query", GQA models)."""
+    n_rep = int(model.get("n_heads") or 1) // max(1, int(model.get("n_kv_heads") or model.get("n_heads") or 1))
+    if config.get("kv_width", "query") != "query" or n_rep <= 1 or not model.get("d_head"):
+        return {}
+    return {t: (int(model["d_head"]), n_rep) for t in ("attn_k", "attn_v")}
+
+
+def keystone_at(means: Mapping[str, Mapping[str, np.ndarray]], p: float,
+                kv: Mapping[str, tuple[int, int]] | None = None) -> dict[str, np.ndarray]:
+    """Per-layer top-p of every prompt (ties to the lower index), intersected over prompts: type -> bool. K/V types
+    in `kv` are ranked at query width (each KV head repeated n_rep times) and kept as their distinct KV rows."""
     out: dict[str, np.ndarray] = {}
+    kv = kv or {}
     for m in means.values():
         for t, v in m.items():
-            order = np.argsort(-v, axis=-1, kind="stable")[:, : n_keep(v.shape[1], p)]
-            sel = np.zeros(v.shape, dtype=bool)
-            np.put_along_axis(sel, order, True, axis=-1)
+            if t in kv:
+                d_head, n_rep = kv[t]
+                L, w = v.shape
+                wide = np.repeat(v.reshape(L, w // d_head, 1, d_head), n_rep, axis=2).reshape(L, -1)
+                order = np.argsort(-wide, axis=-1, kind="stable")[:, : n_keep(wide.shape[1], p)]
+                sel_wide = np.zeros(wide.shape, dtype=bool)
+                np.put_along_axis(sel_wide, order, True, axis=-1)
+                sel = sel_wide.reshape(L, w // d_head, n_rep, d_head).any(axis=2).reshape(L, w)
+            else:
+                order = np.argsort(-v, axis=-1, kind="stable")[:, : n_keep(v.shape[1], p)]
+                sel = np.zeros(v.shape, dtype=bool)
+                np.put_along_axis(sel, order, True, axis=-1)
             out[t] = sel if t not in out else out[t] & sel
     return out
 

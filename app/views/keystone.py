@@ -96,7 +96,8 @@ def neurons_panel(run: Run) -> None:
         else ps[0]
     indices = F.cell_indices(ks) if p == main_p else None
     if indices is None and _has(run, "mean_abs_act"):
-        sets = F.keystone_at(F.prompt_means(run.tensor_file("mean_abs_act")), p)
+        sets = F.keystone_at(F.prompt_means(run.tensor_file("mean_abs_act")), p,
+                             F.kv_repeat(run.manifest.get("model", {}), run.config))
         indices = {(t, int(layer)): [int(i) for i in m[layer].nonzero()[0]] for t, m in sets.items()
                    for layer in range(m.shape[0]) if m[layer].any()}
     event = st.plotly_chart(F.count_heatmap(cells, p, indices), key=K + "heatmap", on_select="rerun",

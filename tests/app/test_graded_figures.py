@@ -45,3 +45,18 @@ def test_harm_curve_figure_has_the_signal_its_control_and_observed_b():
                           "observed_b_rho": [0.3, 0.6, 0.9], "n_runs": [7, 7, 7]})
     fig = L.harm_curve(curve, harm_step=30)
     assert [list(t.y) for t in fig.data] == [[0.2, 0.5, 0.6], [0.1, 0.0, -0.1], [0.3, 0.6, 0.9]]
+
+
+def test_page_selection_matches_the_probe_at_query_width():
+    import numpy as np
+
+    from probes.keystone.selection import keystone
+
+    rng = np.random.default_rng(0)
+    means = {f"p{i}": {"attn_k": rng.random((4, 3 * 8)), "fwd_up": rng.random((4, 50))} for i in range(3)}
+    kv = K.kv_repeat({"n_heads": 6, "n_kv_heads": 3, "d_head": 8}, {})
+    assert kv == {"attn_k": (8, 2), "attn_v": (8, 2)} and K.kv_repeat({"n_heads": 6, "n_kv_heads": 6}, {}) == {}
+    for p in (0.02, 0.1, 0.2):
+        page = K.keystone_at(means, p, kv)
+        probe, _ = keystone(list(means.values()), p, "per_layer", kv)
+        assert all(np.array_equal(page[t], probe[t]) for t in probe), p
