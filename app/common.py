@@ -13,7 +13,8 @@ same way and nothing outside the artifacts root is ever read:
   inside the root, or `InterpError`.
 - ``intro(question, method, run)``: the sentence and method link every page starts with.
 - ``status_badge(status)`` / ``status_label(status)`` / ``show_status(status, error)``.
-- ``fmt_value(v)`` / ``short_metrics(metrics)``: metrics as short strings.
+- ``fmt_value(v)`` / ``short_metrics(metrics)`` / ``metric_items(metrics)``: metrics as short strings.
+- ``attention_view(patterns, tokens, names)``: a CircuitsVis attention view (the viz extra) in an iframe.
 """
 
 from __future__ import annotations
@@ -271,6 +272,21 @@ def optional_table(run: Run, name: str) -> pd.DataFrame | None:
         return None
 
 
+def attention_view(patterns: Any, tokens: list[str], names: list[str], height: int = 640) -> None:
+    """A CircuitsVis attention-heads view (`interp.viz.attention_view`: (heads, n, n) weights over n tokens) in an
+    iframe, self-contained (no network); a caption instead when circuitsvis is not installed."""
+    import streamlit.components.v1 as components
+
+    try:
+        from interp.viz import attention_view as view
+
+        html = view(patterns, tokens, names).html
+    except InterpError as e:
+        st.caption(str(e))
+        return
+    components.html(html, height=height, scrolling=True)
+
+
 def fmt_value(v: Any) -> str:
     """A metric as a short string: 4 significant digits, quoted strings (tokens), sizes of lists."""
     if v is None:
@@ -288,6 +304,11 @@ def fmt_value(v: Any) -> str:
     if isinstance(v, Mapping):
         return f"{{{len(v)} keys}}"
     return str(v)
+
+
+def metric_items(metrics: Mapping[str, Any]) -> list[str]:
+    """Scalar metrics as ``["name=value", ...]`` (a list column: one pill each); lists and dicts left out."""
+    return [f"{k}={fmt_value(v)}" for k, v in metrics.items() if not isinstance(v, (list, tuple, Mapping))]
 
 
 def short_metrics(metrics: Mapping[str, Any], limit: int = 90) -> str:

@@ -1,8 +1,9 @@
 """The interp dashboard: `streamlit run app/main.py` (or `interp app`), reading runs under $INTERP_OUT.
 
-Navigation comes from the registry: the Runs home, the Sweeps page (`app.views.sweeps`, whose points
-link to their runs as the home page does), then one page per registered probe (its page module's
-`render(run)`, or the generic page). Every page reads only inside the artifacts root, through the store.
+Navigation comes from the registry: the Runs home (also at /runs), the Sweeps page (`app.views.sweeps`, whose
+points link to their runs as the home page does), then one page per registered probe, built-in or from a plugin's
+`interp.probes` entry point (its page module's `render(run)`, or the generic page). The toolbar is the viewer's
+(no "Deploy" button). Every page reads only inside the artifacts root, through the store.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ def _page(fn, title: str, url_path: str, **kw) -> st.Page:
 
 def main() -> None:
     st.set_page_config(page_title="interp", page_icon=":material/biotech:", layout="wide")
+    st.set_option("client.toolbarMode", "viewer")  # no "Deploy" button or developer menu (also `interp app`'s flag)
     root = common.artifacts_root()
     specs = probes_available()
     probe_pages = {
@@ -37,9 +39,11 @@ def main() -> None:
         for name in specs
     }
     sweeps = _page(lambda: sweeps_view.render(root, probe_pages), "Sweeps", "sweeps", icon=":material/grid_view:")
-    home = _page(lambda: runs_view.render(root, probe_pages, sweeps), "Runs", "runs", default=True,
+    home = _page(lambda: runs_view.render(root, probe_pages, sweeps), "Runs", "home", default=True,
                  icon=":material/table:")
-    st.navigation({"": [home, sweeps], "Probes": list(probe_pages.values())}).run()
+    # /runs opens the same page (the default page itself always lives at /); hidden from the menu
+    runs_alias = _page(lambda: runs_view.render(root, probe_pages, sweeps), "Runs", "runs", visibility="hidden")
+    st.navigation({"": [home, sweeps, runs_alias], "Probes": list(probe_pages.values())}).run()
 
 
 main()

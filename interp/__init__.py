@@ -54,6 +54,8 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "viz":  # interp.viz.attention(...): CircuitsVis views (the optional viz extra)
+        return import_module("interp.viz")
     if name in _LAZY:
         return getattr(import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'interp' has no attribute {name!r}")

@@ -188,8 +188,22 @@ def cmd_app(args) -> int:
         "true",
         "--browser.gatherUsageStats",
         "false",
+        "--client.toolbarMode",
+        "viewer",
     ]
     return subprocess.call(cmd, env=env)
+
+
+def cmd_export(args) -> int:
+    from .neuronpedia import export_run
+    from .store import resolve_run
+
+    run = Path(args.run)
+    if not (run / "manifest.json").is_file():
+        run = resolve_run(_out(args), args.run)
+    src = export_run(run, args.dest, model_id=args.model_id, source_set=args.source_set, creator_id=args.creator_id)
+    print(src)
+    return 0
 
 
 def cmd_sweep(args) -> int:
@@ -244,6 +258,17 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     a.add_argument("--port", type=int, default=8501)
     a.set_defaults(fn=cmd_app)
+
+    e = sub.add_parser("export", help="export a run for another tool")
+    esub = e.add_subparsers(dest="format", required=True, parser_class=_Parser)
+    n = esub.add_parser("neuronpedia", help="a sae_features run as Neuronpedia's feature and activation JSONL")
+    n.add_argument("run", help="the run directory, or <probe>/<run_id> under --out")
+    n.add_argument("dest", metavar="OUT", help="directory to write <model_id>/<source_id>/ under")
+    n.add_argument("--out", help="artifacts root for a <probe>/<run_id> reference")
+    n.add_argument("--model-id", help="Neuronpedia model id (default: the run's model)")
+    n.add_argument("--source-set", help="Neuronpedia source set (default: interp-<hook point>-<d_sae>)")
+    n.add_argument("--creator-id", default="interp", help="Neuronpedia creator id written on every row")
+    n.set_defaults(fn=cmd_export)
 
     s = sub.add_parser("sweep", help="a grid of runs from a sweep file")
     s.add_argument("file")

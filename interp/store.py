@@ -311,6 +311,11 @@ class RunInfo:
     error: str | None = None
     config: dict[str, Any] = field(default_factory=dict)
 
+    def _repr_html_(self) -> str:
+        from .display import runs_html
+
+        return runs_html([self])
+
 
 def _pid_alive(pid: int) -> bool:
     try:
@@ -383,10 +388,13 @@ def inspect_run(run_dir: Path, verify: bool = True) -> RunInfo:
 
 
 def list_runs(root: Path | str | None = None, probe: str | None = None, verify: bool = True) -> list[RunInfo]:
-    """Every run under `root` (newest first), damaged ones included and marked."""
+    """Every run under `root` (newest first), damaged ones included and marked; a list that renders as a table
+    in a notebook (`interp.display.RunList`)."""
+    from .display import RunList
+
     root = Path(root) if root is not None else default_root()
     if not root.is_dir():
-        return []
+        return RunList()
     out = []
     for probe_dir in sorted(root.iterdir()):
         if not probe_dir.is_dir() or (probe and probe_dir.name != probe):
@@ -395,7 +403,7 @@ def list_runs(root: Path | str | None = None, probe: str | None = None, verify: 
             if run_dir.is_dir() and _RUN_ID.match(run_dir.name):
                 out.append(inspect_run(run_dir, verify=verify))
     # the id's timestamp has whole seconds; the manifest's start time breaks ties within a second
-    return sorted(out, key=lambda r: (r.run_id[:15], r.started or ""), reverse=True)
+    return RunList(sorted(out, key=lambda r: (r.run_id[:15], r.started or ""), reverse=True))
 
 
 def resolve_run(root: Path | str, ref: str) -> Path:
@@ -493,6 +501,12 @@ class Run:
             return [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line]
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise DamagedRun(f"{p}: invalid JSON lines ({e})") from None
+
+    def _repr_html_(self) -> str:
+        """Status, model, headline metrics, timings, the probe's headline figure and its dashboard page."""
+        from .display import run_html
+
+        return run_html(self)
 
 
 def load_run(path: Path | str, verify: bool = True) -> Run:

@@ -551,7 +551,9 @@ def sweep(file: str | Path, out: str | Path | None = None, executor: str = "loca
                         claim_ttl, on_point)
             else:
                 run_local(spec, todo, out, progress, claim_ttl, on_point)
-    return write("finished")
+    from .display import SweepResult
+
+    return SweepResult(write("finished"))  # a dict that renders with its points and figure in a notebook
 
 
 def format_table(record: dict[str, Any], n_metrics: int = 3) -> str:

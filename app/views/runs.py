@@ -51,7 +51,8 @@ def render(root: Path, pages: Mapping[str, Any], sweeps: Any = None) -> None:
         hide_index=True,
         column_config={
             "seconds": st.column_config.NumberColumn(format="%.1f"),
-            "metrics": st.column_config.TextColumn(width="medium"),
+            "metrics": st.column_config.ListColumn(width="large", help="Scalar metrics, one pill each "
+                                                   "(hover or widen the column for all; a run's full list below)"),
             "error": st.column_config.TextColumn(width="medium"),
         },
     )
@@ -93,7 +94,8 @@ def filtered(infos: list[RunInfo]) -> list[RunInfo]:
 
 
 def runs_frame(infos: list[RunInfo]) -> pd.DataFrame:
-    """The table of runs: probe, run id, model, status, started, seconds, headline metrics, error."""
+    """The table of runs: probe, run id, model, status, started, seconds, headline metrics (a list of
+    "name=value", one pill each, so long lists stay readable), error."""
     rows = [
         {
             "probe": i.probe,
@@ -102,7 +104,7 @@ def runs_frame(infos: list[RunInfo]) -> pd.DataFrame:
             "status": common.status_label(i.status),
             "started": (i.started or "").replace("T", " ")[:19] or None,
             "seconds": i.seconds,
-            "metrics": common.short_metrics(i.metrics),
+            "metrics": common.metric_items(i.metrics),
             "error": i.error or "",
         }
         for i in infos
@@ -136,7 +138,13 @@ def details(shown: list[RunInfo], root: Path, pages: Mapping[str, Any], preselec
             icon=":material/open_in_new:",
             query_params={"run": selected},
         )
-    manifest_tab, files_tab = st.tabs(["Manifest", "Files"])
+    metrics_tab, manifest_tab, files_tab = st.tabs(["Metrics", "Manifest", "Files"])
+    with metrics_tab:
+        rows = [{"metric": k, "value": common.fmt_value(v)} for k, v in info.metrics.items()]
+        if rows:
+            st.dataframe(pd.DataFrame(rows), hide_index=True, height=min(36 * (len(rows) + 1), 600))
+        else:
+            st.caption("No metrics recorded.")
     with manifest_tab:
         if MANIFEST in common.outside_links(info.path, root):
             st.caption(f"Not read: {MANIFEST} links outside the artifacts root.")
