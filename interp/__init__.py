@@ -50,6 +50,8 @@ _LAZY = {
     "weights_digest": "interp.intervene",
     "RunContext": "interp.context",
     "load_sae": "interp.sae_source",
+    "capture_grads": "interp.gradients",
+    "GradCapture": "interp.gradients",
 }
 
 
