@@ -86,15 +86,24 @@ def _discover() -> None:
         try:
             ep.load()
         except Exception as e:  # noqa: BLE001 - one broken plugin must not hide the other probes
-            _PLUGIN_ERRORS[ep.name] = f"{ep.value}: {type(e).__name__}: {e}"
-            warnings.warn(f"interp: probe plugin {ep.name!r} ({ep.value}) failed to load: {type(e).__name__}: {e}",
-                          stacklevel=2)
+            _failed(ep.name, ep.value, e)
         finally:
             _LOADING_SOURCE = "interp"
     import probes
 
     for info in pkgutil.iter_modules(probes.__path__):
-        importlib.import_module(f"probes.{info.name}")
+        name = f"probes.{info.name}"
+        if info.name in _PLUGIN_ERRORS:  # its entry point already failed (and said why)
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # noqa: BLE001 - a package being added must not break discovery
+            _failed(info.name, name, e)
+
+
+def _failed(name: str, where: str, e: Exception) -> None:
+    _PLUGIN_ERRORS[name] = f"{where}: {type(e).__name__}: {e}"
+    warnings.warn(f"interp: probe {name!r} ({where}) failed to load: {type(e).__name__}: {e}", stacklevel=3)
 
 
 def plugin_errors() -> dict[str, str]:
