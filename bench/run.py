@@ -56,6 +56,7 @@ BENCHMARKS = {
     "sae": _lazy("sae", "sae_training"),
     "dashboard": _lazy("dashboard", "dashboard"),
     "backend_capture": _lazy("backends", "backend_capture"),
+    "patching": _lazy("patching", "patching_sweep"),
     "gpu": _lazy("gpu", "gpu"),
 }
 

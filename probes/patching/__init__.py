@@ -29,7 +29,7 @@ class PatchingConfig(ProbeConfig):
     """Built-in pairs (when `data` is not set): ioi (indirect object), factual (landmark -> city), capital."""
     data: str | None = None
     """A JSONL file of pairs, one object a line with clean, corrupt, answer, wrong (overrides `task`)."""
-    n_pairs: int = 8
+    n_pairs: int = 4
     """Pairs patched (the first n of `data`)."""
     metric: Literal["logit_diff", "prob", "loss"] = "logit_diff"
     """At the last position: logit(answer) - logit(wrong), p(answer), or -log p(answer)."""
@@ -38,7 +38,9 @@ class PatchingConfig(ProbeConfig):
     z_by_position: bool = False
     """Also patch each head's z at each position (a layer x head x position grid)."""
     layers: tuple[int, ...] = ()
-    """Layers swept (negative counts from the end); empty: every layer."""
+    """Layers swept (negative counts from the end); empty: every `layer_stride`-th layer and the last."""
+    layer_stride: int = 1
+    """With `layers` empty: sweep layers 0, k, 2k, ... and the last one."""
     batch_size: int = 192
     """Patched rows per forward pass (each row is one cell of a grid)."""
     top_k: int = 10
@@ -46,8 +48,7 @@ class PatchingConfig(ProbeConfig):
 
     SIZE_PRESETS = {
         "micro": {"n_pairs": 1, "sites": ["resid_pre", "z"], "layers": [0, -1]},
-        "quick": {"n_pairs": 3},
-        "default": {"n_pairs": 8, "z_by_position": True},
+        "quick": {"n_pairs": 2, "layer_stride": 2},
     }
 
     def validate(self) -> None:
@@ -69,6 +70,7 @@ class PatchingConfig(ProbeConfig):
             raise ConfigError("z_by_position", True, "z among the sites")
         if len(set(self.layers)) != len(self.layers):
             raise ConfigError("layers", list(self.layers), "distinct layer indices")
+        check_range("layer_stride", self.layer_stride, 1, 1000)
         check_range("batch_size", self.batch_size, 1, 65536)
         check_range("top_k", self.top_k, 1, 1000)
 
@@ -90,4 +92,6 @@ class PatchingConfig(ProbeConfig):
 
     def resolved_layers(self, n_layers: int) -> list[int]:
         """The swept layers as indices 0..n_layers-1, ascending."""
-        return sorted(layer % n_layers for layer in self.layers) if self.layers else list(range(n_layers))
+        if self.layers:
+            return sorted(layer % n_layers for layer in self.layers)
+        return sorted(set(range(0, n_layers, self.layer_stride)) | {n_layers - 1})
