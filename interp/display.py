@@ -104,7 +104,11 @@ def run_html(run: Any, figure: bool = True) -> str:
         body += f"<div><b>Timings</b>: {timings}</div>"
     fig = ""
     if figure and run.status == "done":
-        f = _figure("headline_figure", run)
+        try:
+            f = _figure("headline_figure", run)
+        except Exception as e:  # noqa: BLE001 - a figure bug must not hide the run: say what failed instead
+            f = None
+            fig = f'<div class="interp-figure-error">headline figure failed: {_e(type(e).__name__)}: {_e(e)}</div>'
         if f is not None:
             fig = f'<div class="interp-figure">{figure_html(f)}</div>'
     link = (f'<div>Dashboard: <code>interp app --out {_e(_root_of(run.path))}</code>, then '
