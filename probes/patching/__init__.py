@@ -53,9 +53,6 @@ class PatchingConfig(ProbeConfig):
 
     def validate(self) -> None:
         super().validate()
-        if self.backend != "tl":
-            raise ConfigError("backend", self.backend, '"tl": the batched sweep grows the batch inside the forward '
-                              "(rows join at their patched layer), which the nnsight backend does not serve")
         if self.task not in TASKS:
             raise ConfigError("task", self.task, "one of " + ", ".join(TASKS))
         check_range("n_pairs", self.n_pairs, 1, 1000)

@@ -9,7 +9,9 @@ therefore run once instead of once per cell (a full layer x position sweep costs
 of one forward per layer, in a few forward passes), and only the last position is unembedded. The causal
 mask and the rotary tables are built for the one-row start and broadcast to the grown batch; a start of
 several pairs would not broadcast (the bridge builds its mask per input row), so a forward serves one pair,
-with up to `batch_size` of its cells.
+with up to `batch_size` of its cells. The nnsight backend keeps every module's batch as it entered (it
+writes edits back in the traced shape), so there every row runs from the input (``grow=False``): the same
+cells and numbers, at the cost of the layers before each cell's own.
 """
 
 from __future__ import annotations
@@ -104,11 +106,14 @@ def run_cells(
     metric: str,
     batch_size: int,
     progress: Callable | None = None,
+    grow: bool | None = None,
 ) -> tuple[Float[Tensor, " cell"], int]:
     """The metric of every patched cell (in `cells` order) and the number of forward passes.
 
-    `clean[site]` holds the pair's clean activations (1, pos, *units) at every site a cell names.
+    `clean[site]` holds the pair's clean activations (1, pos, *units) at every site a cell names. `grow`: rows
+    join at their layer (default: on the TransformerLens backend) or run from the input (nnsight).
     """
+    grow = getattr(model, "backend", "tl") == "tl" if grow is None else grow
     if corrupt_ids.shape[0] != 1:
         raise ValueError(f"run_cells patches one pair per forward, got {corrupt_ids.shape[0]} rows")
     n_base = 1
@@ -125,21 +130,25 @@ def run_cells(
             for i in here:
                 row_of[i] = next_row
                 next_row += 1
-            grow = _grower(len(here))
+            start = _grower(len(here)) if grow else (lambda x: x)
             by_site: dict[Site, list[int]] = {}
             for i in here:
                 by_site.setdefault(cells[i].site, []).append(i)
             at_start = by_site.pop(Site("resid_pre", layer), None)
             if at_start:
                 write = _writer([cells[i] for i in at_start], torch.tensor([row_of[i] for i in at_start]), clean)
-                hooks.append((Site("resid_pre", layer), (lambda g, w: lambda x: w(g(x)))(grow, write)))
-            else:
-                hooks.append((Site("resid_pre", layer), grow))
+                hooks.append((Site("resid_pre", layer), (lambda g, w: lambda x: w(g(x)))(start, write)))
+            elif grow:
+                hooks.append((Site("resid_pre", layer), start))
             for site, idx in by_site.items():
                 hooks.append((site, _writer([cells[i] for i in idx], torch.tensor([row_of[i] for i in idx]), clean)))
-        hooks.append((Site("final"), lambda x: x[:, -1:]))  # (rows, 1, d_model): unembed the last position only
+        ids = corrupt_ids
+        if grow:
+            hooks.append((Site("final"), lambda x: x[:, -1:]))  # (rows, 1, d_model): unembed the last position only
+        else:
+            ids = corrupt_ids.expand(next_row, -1)  # every row from the input
         with torch.no_grad(), model.hooks(hooks):
-            logits = model.forward(corrupt_ids, None)  # (n_base + rows, 1, d_vocab)
+            logits = model.forward(ids, None)[:, -1:]  # (n_base + rows, 1, d_vocab)
         rows = torch.tensor([row_of[i] for i in chunk], device=logits.device)
         n = len(chunk)
         vals = metric_values(logits[rows, 0], torch.full((n,), answer, device=logits.device),

@@ -150,7 +150,7 @@ def test_mismatched_pair_is_refused_before_the_model_loads(tiny_model_dir, tmp_p
 
 
 @pytest.mark.parametrize("over, field", [
-    ({"backend": "nnsight"}, "backend"), ({"sites": ["resid_mid"]}, "sites"), ({"sites": []}, "sites"),
+    ({"sites": ["resid_mid"]}, "sites"), ({"sites": []}, "sites"),
     ({"z_by_position": True, "sites": ["resid_pre"]}, "z_by_position"), ({"layers": [1, 1]}, "layers"),
     ({"layers": [0, -2]}, "layers"), ({"layers": [5]}, "layers"), ({"n_pairs": 0}, "n_pairs"),
     ({"metric": "kl"}, "metric"),
@@ -161,3 +161,17 @@ def test_bad_configs_name_their_field(tiny_model_dir, over, field):
     with pytest.raises(ConfigError) as e:
         prepare("patching", {"model": str(tiny_model_dir), **over})
     assert e.value.field == field, str(e.value)
+
+
+def test_nnsight_backend_gives_the_same_cells(tiny_model, setup):
+    from interp.nnsight_backend import NNsightModel
+
+    cfg, enc, layers, base = setup
+    nn = NNsightModel(tiny_model.hf, tiny_model.tokenizer, tiny_model.info, tiny_model.device, tiny_model.dtype)
+    cells = [Cell("resid_pre", 1, pos=9), Cell("z", 0, head=1), Cell("mlp_out", 1, pos=13), Cell("resid_pre", 0)]
+    args = (enc.corrupt[0][None], base.clean_of(0), cells, int(enc.answer[0]), int(enc.wrong[0]), "logit_diff", 8)
+    grown, _ = run_cells(tiny_model, *args)
+    flat, _ = run_cells(tiny_model, *args, grow=False)
+    on_nn, _ = run_cells(nn, *args)
+    torch.testing.assert_close(flat, grown, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(on_nn, grown, atol=1e-5, rtol=1e-5)
