@@ -44,6 +44,18 @@ def test_lm_frozen_and_adapter_sized_as_the_spec(quick):
     assert {"identity", "scalar_affine", "logit_lens"} <= set(rec.variant)
     gens = quick.table("generations")
     assert (gens.split == "heldout").sum() == 3 * m["n_heldout"]
+    assert m["template_system"] == "none" and quick.config["template_system"] == "none"
+
+
+def test_gains_are_paired_over_the_same_held_out_topics(quick):
+    m = quick.metrics
+    gens = quick.table("generations")
+    held = gens[gens.split == "heldout"].pivot_table(index="topic_id", columns="variant", values="hit_at_1")
+    gain = float((held.scalar_affine.astype(float) - held.identity.astype(float)).mean())
+    assert m["recall1_gain_vs_identity"] == pytest.approx(gain)
+    assert m["recall1_gain_vs_identity"] == pytest.approx(m["recall_at_1_scalar_affine"] - m["recall_at_1_identity"])
+    assert m["recall1_gain_vs_identity_ci_lo"] <= gain <= m["recall1_gain_vs_identity_ci_hi"]
+    assert 0 <= m["recall_at_1_scalar_affine_lexical"] <= 1 and 0 <= m["recall_at_1_identity_lexical"] <= 1
 
 
 def test_saved_adapter_describes_a_vector(quick, model):
