@@ -12,7 +12,7 @@
 
 Each point's config hash identifies it: a point whose run is already `done` under the output
 root is skipped; a `failed` one is retried only with `retry_failed`; one whose run was interrupted
-(its process killed) is run again. The outcome table goes to ``<out>/sweeps/<name>/sweep.json``,
+(its process killed, or stopped by SIGTERM) is run again. The outcome table goes to ``<out>/sweeps/<name>/sweep.json``,
 rewritten atomically when the sweep starts and after every point, so a killed driver leaves the
 last complete state. With Ray, every worker must reach the same output root (a shared filesystem
 on a cluster).
@@ -335,6 +335,14 @@ def _execute_point(probe: str, overrides: dict[str, Any], out: str, progress: bo
             claim.release()
 
 
+def stopped_by_signal(run: RunInfo) -> bool:
+    """A failed run that SIGTERM stopped (as Ray stops a dead driver's workers): interrupted, not failed on its own,
+    so a rerun redoes it without `retry_failed`."""
+    from .runner import _Terminated
+
+    return (run.error or "").startswith(f"{_Terminated.__name__}: ")
+
+
 def plan(spec: SweepSpec, out: Path, retry_failed: bool = False) -> tuple[list[Point], list[Point]]:
     """(all points, those that need a run), matching existing runs by config hash."""
     points = expand(spec)
@@ -347,11 +355,11 @@ def plan(spec: SweepSpec, out: Path, retry_failed: bool = False) -> tuple[list[P
             continue
         runs = existing.get(p.config_hash or "", [])
         done = [r for r in runs if r.status == "done"]
+        failed = [r for r in runs if r.status == "failed" and not stopped_by_signal(r)]
         if done:
             p.status, p.run_dir, p.metrics = "skipped", str(done[0].path), done[0].metrics
-        elif runs and not retry_failed and any(r.status == "failed" for r in runs):
-            failed = next(r for r in runs if r.status == "failed")
-            p.status, p.run_dir, p.error = "failed", str(failed.path), failed.error
+        elif failed and not retry_failed:
+            p.status, p.run_dir, p.error = "failed", str(failed[0].path), failed[0].error
         else:
             todo.append(p)
     return points, todo

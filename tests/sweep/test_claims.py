@@ -190,3 +190,25 @@ def test_bad_sweep_options_exit_2_with_one_line(tmp_path, args, needle):
     assert len(lines) == 1 and needle in lines[0], p.stderr[-2000:]
     assert took < 30, f"{took:.1f}s to refuse"
     assert not list((tmp_path / "o").glob("logit_lens/*")), "a run was started"
+
+
+def test_a_run_stopped_by_sigterm_is_redone_a_failed_one_only_with_retry_failed(tmp_path, tiny_model_dir):
+    """Ray stops a dead driver's workers with SIGTERM: such a run ends failed by the signal, and a rerun of the
+    sweep redoes it without --retry-failed; a run that failed on its own waits for --retry-failed."""
+    from interp.runner import _Terminated
+    from interp.store import RunWriter
+    from interp.sweep import load_sweep, plan
+
+    f = tmp_path / "s.toml"
+    f.write_text(f'probe = "logit_lens"\n[base]\nsize = "micro"\nmodel = {json.dumps(str(tiny_model_dir))}\n'
+                 '[grid]\ntop_k = [1, 2]\n')
+    out = tmp_path / "out"
+    spec = load_sweep(f)
+    points, todo = plan(spec, out)
+    assert len(todo) == 2
+    for p, error in zip(points, [_Terminated("terminated by signal 15"), ValueError("bad luck")]):
+        RunWriter.create(out, "logit_lens", p.overrides, p.config_hash, 0).finish(error=error)
+    points, todo = plan(spec, out)
+    assert [p.index for p in todo] == [0] and points[1].status == "failed" and "bad luck" in points[1].error
+    _, todo = plan(spec, out, retry_failed=True)
+    assert [p.index for p in todo] == [0, 1]
