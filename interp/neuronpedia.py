@@ -125,7 +125,7 @@ def export_run(run: Run | str | Path, out: str | Path, model_id: str | None = No
         lo, hi = (float(v) for v in logit_range[f])
         lw = (hi - lo) / logit_counts.shape[1]
         feature_rows.append({
-            "modelId": model_id, "layer": source_id, "index": str(f), "creatorId": creator_id, "createdAt": created,
+            "modelId": model_id, "layer": source_id, "index": f, "creatorId": creator_id, "createdAt": created,
             "maxActApprox": mx, "hasVector": False, "vector": [], "vectorLabel": None,
             "vectorDefaultSteerStrength": 10.0, "hookName": None, "topkCosSimIndices": [], "topkCosSimValues": [],
             "neuron_alignment_indices": [], "neuron_alignment_values": [], "neuron_alignment_l1": [],
@@ -153,7 +153,7 @@ def export_run(run: Run | str | Path, out: str | Path, model_id: str | None = No
             counter += 1
             top_i = max(range(len(values)), key=values.__getitem__) if values else 0
             activation_rows.append({
-                "id": f"{prefix}{counter:012x}"[:25], "tokens": list(c.tokens), "index": str(f), "layer": source_id,
+                "id": f"{prefix}{counter:012x}"[:25], "tokens": list(c.tokens), "index": f, "layer": source_id,
                 "modelId": model_id, "maxValue": max(values) if values else 0.0, "maxValueTokenIndex": top_i,
                 "minValue": min(values) if values else 0.0, "values": values, "creatorId": creator_id,
                 "dataSource": None, "dataIndex": None, "dfaValues": [], "dfaTargetIndex": None, "dfaMaxValue": None,
