@@ -30,8 +30,11 @@ def _page(fn, title: str, url_path: str, **kw) -> st.Page:
 
 
 def main() -> None:
-    st.set_page_config(page_title="interp", page_icon=":material/biotech:", layout="wide")
-    st.set_option("client.toolbarMode", "viewer")  # no "Deploy" button or developer menu (also `interp app`'s flag)
+    # an emoji icon: a :material/...: page icon makes the browser fetch its SVG from a font CDN (offline: an error)
+    st.set_page_config(page_title="interp", page_icon="🔬", layout="wide")
+    # no "Deploy" button or developer menu: set by .streamlit/config.toml (from the repository root) and by
+    # `interp app`'s --client.toolbarMode flag (from anywhere); here too for later sessions of a bare `streamlit run`
+    st.set_option("client.toolbarMode", "viewer")
     root = common.artifacts_root()
     specs = probes_available()
     probe_pages = {

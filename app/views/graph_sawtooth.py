@@ -140,6 +140,10 @@ def _roi_viewer(run: Run, layers, S: list[int]) -> None:
             st.caption("Heads " + ", ".join(head_label(layer, h) for h in range(maps[f"heads_{i}"].shape[1])) + ".")
         else:
             st.info("Per-head maps are stored for the first sample only.")
+    if f"heads_{i}" in maps and np.asarray(maps[f"heads_{i}"]).shape[-1] == len(tokens):  # CircuitsVis view
+        st.markdown(f"**CircuitsVis: every head of L{layer} over the ROI** (click a head to enlarge it)")
+        hm = np.asarray(maps[f"heads_{i}"][layer])  # (heads, roi, roi)
+        common.attention_view(hm, tokens, [head_label(layer, h) for h in range(hm.shape[0])])
     if f"slash_next_{i}" in maps:
         nxt = max(S) + 1
         if st.toggle(f"SLASH on/off: the map at L{nxt}, one layer after S", key="graph_sawtooth.slash_toggle"):

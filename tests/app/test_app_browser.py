@@ -34,9 +34,12 @@ def free_port() -> int:
 
 @pytest.fixture
 def server(runs, tmp_path):
-    """The dashboard served on 127.0.0.1 over a copy of the logit_lens micro run and the failed run."""
+    """The dashboard served on 127.0.0.1 over copies of the logit_lens micro run, the failed run and the micro runs
+    of the pages with CircuitsVis views and of the feature dashboard."""
     root = tmp_path / "artifacts"
-    for ref in (runs.done["logit_lens"], runs.failed):
+    extra = [runs.done[p] for p in ("sae_features", "conversational_inertia", "graph_sawtooth", "patching")
+             if p in runs.done]
+    for ref in (runs.done["logit_lens"], runs.failed, *extra):
         shutil.copytree(runs.root / ref, root / ref)
     port = free_port()
     cmd = [
@@ -53,7 +56,7 @@ def server(runs, tmp_path):
         "true",
         "--browser.gatherUsageStats",
         "false",
-    ]
+    ]  # no --client.toolbarMode: the repository's .streamlit/config.toml (cwd) sets the viewer toolbar
     log = open(tmp_path / "streamlit.log", "wb")
     proc = subprocess.Popen(cmd, cwd=ROOT, env=dict(os.environ, INTERP_OUT=str(root)), stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}"
@@ -96,6 +99,9 @@ def browser(tmp_path):
         "--disable-component-update",
         "--disable-sync",
         "--window-size=1500,1100",
+        # the network off: every host but the loopback resolves to nothing, and a dead proxy for the rest
+        "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+        "--proxy-server=http://127.0.0.1:9",
         f"--user-data-dir={tmp_path / 'chromium-profile'}",
     ):
         opts.add_argument(arg)
@@ -140,3 +146,84 @@ def test_served_dashboard_in_chromium(runs, server, browser, tmp_path):
     browser.save_screenshot(str(tmp_path / "logit_lens.png"))
     assert (tmp_path / "runs.png").stat().st_size > 10_000
     print(f"screenshots: {tmp_path}")
+
+
+def external_requests(driver, server: str) -> list[str]:
+    """URLs the current document (and its frames, by the caller) fetched from anywhere but the server."""
+    urls = driver.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
+    return [u for u in urls if not u.startswith((server, "data:", "blob:", "about:"))]
+
+
+def wait_for(driver, css: str, n: int = 1, timeout: float = 60):
+    from selenium.webdriver.common.by import By
+
+    deadline = time.monotonic() + timeout
+    while True:
+        found = driver.find_elements(By.CSS_SELECTOR, css)
+        if len(found) >= n or time.monotonic() > deadline:
+            return found
+        time.sleep(0.3)
+
+
+def test_new_pages_in_chromium_with_the_network_off(runs, server, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{server}/runs")  # /runs opens the Runs page
+    wait_for_text(browser, runs.failed)
+    body = browser.find_element(By.TAG_NAME, "body").text
+    assert "Page not found" not in body and "Runs" in body
+    assert not [b for b in browser.find_elements(By.TAG_NAME, "button") if b.text.strip() == "Deploy"], \
+        "the Deploy button is shown (toolbarMode should be viewer)"
+    assert not browser.find_elements(By.CSS_SELECTOR, '[data-testid="stAppDeployButton"]')
+
+    for probe in ("sae_features", "conversational_inertia", "graph_sawtooth"):
+        assert probe in runs.done, f"the {probe} micro run failed: {runs.errors.get(probe)}"
+    feats = runs.root / runs.done["sae_features"]
+    import pandas as pd
+
+    table = pd.read_parquet(feats / "features.parquet")
+    token = table[table["top_token_share"] >= 0.8].sort_values("n_fired", ascending=False)["top_token"].iloc[0]
+    browser.get(f"{server}/sae_features?run={runs.done['sae_features']}&token={token.strip()}")
+    wait_for_text(browser, "Top-activating contexts")
+    centers = wait_for(browser, "span.tok.center", 3)
+    shown = [c.get_attribute("textContent") for c in centers]
+    assert shown and sum(t.strip() == token.strip() for t in shown) >= 0.8 * len(shown), (token, shown[:10])
+    assert len(wait_for(browser, ".js-plotly-plot", 3)) >= 3, "the density, histogram and logit plots"
+    assert not external_requests(browser, server)
+    browser.save_screenshot(str(tmp_path / "sae_features.png"))
+
+    for probe in ("conversational_inertia", "graph_sawtooth"):
+        browser.get(f"{server}/{probe}?run={runs.done[probe]}")
+        wait_for_text(browser, "CircuitsVis")
+        frames = wait_for(browser, "iframe", 1)
+        assert frames, f"no CircuitsVis iframe on the {probe} page"
+        assert not external_requests(browser, server)
+        browser.switch_to.frame(frames[-1])
+        try:
+            wait_for_text(browser, "Head Selector")  # drawn by CircuitsVis's own script, inline
+            heads = [h.text for h in browser.find_elements(By.TAG_NAME, "h4")]
+            assert any(h.startswith("L") and "H" in h for h in heads), heads[:5]
+            assert not external_requests(browser, server), "the CircuitsVis view fetched something"
+        finally:
+            browser.switch_to.default_content()
+        browser.save_screenshot(str(tmp_path / f"{probe}.png"))
+
+
+def test_patching_page_in_chromium(runs, server, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    if "patching" not in runs.done:
+        pytest.skip("$INTERP_TEST_PROBES leaves out patching")
+    browser.get(f"{server}/patching?run={runs.done['patching']}")
+    wait_for_text(browser, "Top components")
+    wait_for_text(browser, "activation patching")
+    plots = browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")
+    deadline = time.monotonic() + 30
+    while len(plots) < 3 and time.monotonic() < deadline:
+        time.sleep(0.3)
+        plots = browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")
+    assert len(plots) == 3, "the two heatmaps and the agreement scatter did not render"
+    assert "Traceback" not in browser.find_element(By.TAG_NAME, "body").text
+    time.sleep(1)
+    browser.save_screenshot(str(tmp_path / "patching.png"))
+    assert (tmp_path / "patching.png").stat().st_size > 10_000
