@@ -80,13 +80,15 @@ def context_html(tokens: Sequence[str], values: Sequence[float], center: int, vm
     """One context as HTML: each token's background shows the feature's value there (white 0 to red vmax, the
     kept token outlined); hover shows the value."""
     vmax = max(float(vmax), 1e-12)
+    center = int(center)
     spans = []
     for i, (t, v) in enumerate(zip(tokens, values)):
         a = min(1.0, max(0.0, float(v) / vmax))
         style = f"background: rgba(228,87,86,{a:.2f}); border-radius: 2px; white-space: pre;"
         if i == center:
             style += " outline: 1.5px solid #222;"
-        spans.append(f'<span class="tok{" center" * (i == center)}" title="{float(v):.3g}" style="{style}">'
+        kind = "tok center" if i == center else "tok"
+        spans.append(f'<span class="{kind}" title="{float(v):.3g}" style="{style}">'
                      f"{_visible(t)}</span>")
     return '<div class="ctx" style="font-family: monospace; line-height: 1.9;">' + "".join(spans) + "</div>"
 

@@ -1,0 +1,39 @@
+"""The SAE atoms trains loads through interp.load_sae into sae_falsification (`sae=<run dir>`) and self_interp
+(`sae_path=<run dir>`), micro size on the embedded model: each run uses atoms' SAE (its hook and its decoder
+rows), not one of its own."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import interp
+from interp.runner import execute, prepare
+from interp.store import load_run
+
+pytestmark = pytest.mark.slow
+
+
+def test_atoms_sae_feeds_sae_falsification_and_self_interp(micro_runs, model, tmp_path):
+    atoms = micro_runs("atoms")
+    sae = interp.load_sae(str(atoms))  # the run's "sae" (standard), read back through SAELens
+    hook = sae.cfg.metadata.hook_name
+    assert hook == load_run(atoms).config["hook"]
+
+    spec, cfg = prepare("sae_falsification", {"size": "micro", "sae": str(atoms)})
+    sf = load_run(execute(spec, cfg, out=tmp_path, model=model, progress=False))
+    m = sf.metrics
+    assert m["sae_source"] == str(atoms) and m["sae_from_cache"] is False
+    assert m["sae_hook_name"] == hook != cfg.sae_hook, (m["sae_hook_name"], cfg.sae_hook)  # atoms' hook, not its own
+    assert m["sae_d_sae"] == sae.cfg.d_sae
+
+    layer = int(hook.split(".")[1])
+    spec, cfg = prepare("self_interp", {"size": "micro", "sae_path": str(atoms), "layer": layer,
+                                        "sae_branch": "token_labels", "sae_max_latents": 2, "sae_trials": 1,
+                                        "sae_scales": [1.0], "sae_variants": ["identity"]})
+    si = load_run(execute(spec, cfg, out=tmp_path, model=model, progress=False))
+    vecs = si.tensor_file("sae_vectors")
+    rows = sae.W_dec.detach().float().numpy()[vecs["latents"]]
+    assert np.allclose(vecs["vectors"], rows, atol=1e-6), "self_interp's SAE vectors are not atoms' decoder rows"
+    assert si.metrics["sae_d_sae"] == sae.cfg.d_sae
+
