@@ -44,7 +44,8 @@ def test_a_feature_found_by_its_top_token_highlights_that_token(run, model):
             f"highlight it vs base rate {rate:.3f}"
         for r in top.itertuples():  # the highlighted token holds the window's kept activation
             assert r.values[r.center] == pytest.approx(r.act, rel=1e-4, abs=1e-5)
-        html = F.context_html(top.iloc[0].tokens, top.iloc[0].values, top.iloc[0].center, top.iloc[0].act)
+        first = top.iloc[0]  # a Series: its "values" column by key (.values is the whole row)
+        html = F.context_html(first["tokens"], first["values"], first["center"], first["act"])
         assert 'class="tok center"' in html
         checked += 1
     assert checked >= 3

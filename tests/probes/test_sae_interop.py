@@ -19,6 +19,14 @@ def test_atoms_sae_feeds_sae_falsification_and_self_interp(micro_runs, model, tm
     sae = interp.load_sae(str(atoms))  # the run's "sae" (standard), read back through SAELens
     hook = sae.cfg.metadata.hook_name
     assert hook == load_run(atoms).config["hook"]
+    from sae_lens import SAE
+    from safetensors import safe_open
+
+    for name in ("tsae", "sae"):  # both of atoms' SAEs read back through SAELens, with their sparsity files
+        other = SAE.load_from_disk(str(atoms / name))
+        with safe_open(str(atoms / name / "sparsity.safetensors"), framework="pt", device="cpu") as f:
+            log10 = f.get_tensor("sparsity")
+        assert log10.shape == (other.cfg.d_sae,) and float((10 ** log10).sum()) > 1, name  # mean L0 > 1
 
     spec, cfg = prepare("sae_falsification", {"size": "micro", "sae": str(atoms)})
     sf = load_run(execute(spec, cfg, out=tmp_path, model=model, progress=False))
