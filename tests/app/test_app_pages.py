@@ -241,3 +241,18 @@ def test_a_page_bug_shows_the_traceback_and_then_the_generic_page(runs, app_test
     at = app_test(runs.root, run=runs.done["logit_lens"])
     assert "a bug in the page" in at.exception[0].value
     assert "Metrics" in [s.value for s in at.subheader], "the generic page did not follow the traceback"
+
+
+def test_patching_page_switches_grids_and_pairs(runs, app_test):
+    need("patching")
+    ref = runs.done["patching"]
+    at = app_test(runs.root, run=ref)
+    assert not at.exception, at.exception
+    assert len(at.get("plotly_chart")) == 3, "activation, attribution and their scatter"
+    assert any("Spearman" in c.value for c in at.caption), [c.value for c in at.caption]
+    for grid in ("z", "resid_pre"):
+        at.radio(key="patching.grid").set_value(grid).run()
+        assert not at.exception, (grid, at.exception)
+    at.selectbox(key=f"patching.pair:{run_id(ref)}").select(0).run()
+    assert not at.exception, at.exception
+    assert any("answer" in c.value for c in at.caption), "the picked pair is not described"
