@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import math
 import os
 import re
 import sys
@@ -33,6 +32,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from interp.display import fmt
 from interp.errors import DamagedRun, InterpError
 from interp.store import MANIFEST, Run, RunInfo, default_root, inspect_run, load_run, resolve_run, sha256_file
 
@@ -288,22 +288,8 @@ def attention_view(patterns: Any, tokens: list[str], names: list[str], height: i
 
 
 def fmt_value(v: Any) -> str:
-    """A metric as a short string: 4 significant digits, quoted strings (tokens), sizes of lists."""
-    if v is None:
-        return "–"
-    if isinstance(v, bool):
-        return str(v).lower()
-    if isinstance(v, float):
-        return f"{v:.4g}" if math.isfinite(v) else str(v)
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, str):
-        return repr(v) if len(v) <= 24 else repr(v[:23] + "…")
-    if isinstance(v, (list, tuple)):
-        return f"[{len(v)} values]"
-    if isinstance(v, Mapping):
-        return f"{{{len(v)} keys}}"
-    return str(v)
+    """A metric as a short string for a table cell: `interp.display.fmt` with strings (tokens) cut at 24."""
+    return fmt(v, width=24)
 
 
 def metric_items(metrics: Mapping[str, Any]) -> list[str]:

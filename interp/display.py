@@ -25,8 +25,9 @@ def _e(v: Any) -> str:
     return html.escape(str(v), quote=True)
 
 
-def fmt(v: Any) -> str:
-    """A metric value as short text: 4 significant digits, quoted strings, sizes of lists and dicts."""
+def fmt(v: Any, width: int = 40) -> str:
+    """A metric value as short text: 4 significant digits, quoted strings (cut at `width` characters), sizes of
+    lists and dicts."""
     if v is None:
         return "–"
     if isinstance(v, bool):
@@ -34,7 +35,7 @@ def fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4g}" if math.isfinite(v) else str(v)
     if isinstance(v, str):
-        return repr(v) if len(v) <= 40 else repr(v[:39] + "…")
+        return repr(v) if len(v) <= width else repr(v[:width - 1] + "…")
     if isinstance(v, (list, tuple)):
         return f"[{len(v)} values]"
     if isinstance(v, Mapping):
