@@ -76,6 +76,8 @@ class PatchingConfig(ProbeConfig):
             self.check_layer("layers", layer, n_layers)
         if n_layers is not None and len({layer % n_layers for layer in self.layers}) != len(self.layers):
             raise ConfigError("layers", list(self.layers), f"distinct layers of {self.model} ({n_layers} layers)")
+        if n_layers is not None and self.layer_stride > n_layers:
+            raise ConfigError("layer_stride", self.layer_stride, f"a stride in [1, {n_layers}] for {self.model}")
 
     def validate_data(self, limits: ModelLimits) -> None:
         super().validate_data(limits)
