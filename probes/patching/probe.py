@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -176,7 +176,8 @@ def baselines_and_attribution(model, enc: Encoded, cfg: PatchingConfig, layers: 
         logits, cache = run_with_cache(model, ids_clean, None, sites + [Site("resid_pre", 0),
                                                                         Site("resid_post", model.info.n_layers - 1)])
         clean_m[idx] = metric_values(logits[:, -1], ans, wrong, cfg.metric).cpu()
-        grad = capture_grads(model, ids_corrupt, None, sites,
+        start = [Site("resid_pre", 0)] if Site("resid_pre", 0) not in sites else []  # where the sweep's rows begin
+        grad = capture_grads(model, ids_corrupt, None, sites + start,
                              lambda lg, a=ans, w=wrong: metric_values(lg[:, -1], a, w, cfg.metric).sum())
         corrupt_m[idx] = metric_values(grad.logits[:, -1], ans, wrong, cfg.metric).cpu()
         clean_acts[length] = {s: v.float().cpu() for s, v in cache.items()}
@@ -245,19 +246,30 @@ def activation_patching(model, enc: Encoded, base: Baselines, cfg: PatchingConfi
     grids = {k: torch.where(torch.isnan(v), v, torch.zeros_like(v)) for k, v in base.attr.items()}
     n_forward = n_run = 0
     gap = base.clean_metric - base.corrupt_metric
-    for pair in range(len(enc.lengths)):
-        cells, where = grid_cells(enc, base, layers, pair, model.info.n_heads)
+    for length, idx in enc.groups().items():  # the pairs of one token length share every forward
+        cells, where = [], []
+        for gi, pair in enumerate(idx):
+            c, w = grid_cells(enc, base, layers, pair, model.info.n_heads)
+            cells += [replace(x, pair=gi) for x in c]
+            where += w
         if not cells:
             continue
-        vals, k = run_cells(model, enc.corrupt[pair][None].to(model.device), base.clean_of(pair), cells,
-                            int(enc.answer[pair]), int(enc.wrong[pair]), cfg.metric, cfg.batch_size,
-                            progress=ctx.tqdm if ctx else None)
+        vals, k = run_cells(model, cells=cells, metric=cfg.metric, batch_size=cfg.batch_size,
+                            progress=ctx.tqdm if ctx else None, **group_inputs(model, enc, base, length, idx))
         n_forward += k
         n_run += len(cells)
         for v, w in zip(vals.tolist(), where):
             name, pair = w[0], w[1]
             grids[name][(pair, *w[2:])] = (v - float(base.corrupt_metric[pair])) / float(gap[pair])
     return grids, n_forward, n_run
+
+
+def group_inputs(model, enc: Encoded, base: Baselines, length: int, idx: list[int]) -> dict:
+    """run_cells' inputs of one group of pairs of one length: corrupted ids, clean activations, answers,
+    wrong answers and the corrupted resid_pre of layer 0 the grown rows start from."""
+    ids = torch.stack([enc.corrupt[i] for i in idx]).to(model.device)  # (g, pos)
+    return {"corrupt_ids": ids, "clean": base.clean_acts[length], "answer": enc.answer[idx], "wrong": enc.wrong[idx],
+            "start": base.corrupt_acts[length][Site("resid_pre", 0)]}
 
 
 # ============================================================================= 4. identities
@@ -271,14 +283,16 @@ def identity_checks(model, enc: Encoded, base: Baselines, cfg: PatchingConfig) -
     n = len(enc.lengths)
     full, final, same = torch.empty(n), torch.empty(n), torch.zeros(n)
     gap = base.clean_metric - base.corrupt_metric
-    for pair in range(n):
-        cells = [Cell("resid_pre", 0), Cell("resid_post", last, pos=enc.lengths[pair] - 1)]
-        kind = [("full", pair), ("final", pair)]
-        agree = (enc.clean[pair] == enc.corrupt[pair]).nonzero()[:, 0].tolist()
-        cells += [Cell("resid_pre", 0, pos=p) for p in agree]
-        kind += [("same", pair)] * len(agree)
-        vals, _ = run_cells(model, enc.corrupt[pair][None].to(model.device), base.clean_of(pair), cells,
-                            int(enc.answer[pair]), int(enc.wrong[pair]), cfg.metric, max(cfg.batch_size, len(cells)))
+    for length, idx in enc.groups().items():
+        cells, kind = [], []
+        for gi, pair in enumerate(idx):
+            cells += [Cell("resid_pre", 0, pair=gi), Cell("resid_post", last, pos=length - 1, pair=gi)]
+            kind += [("full", pair), ("final", pair)]
+            agree = (enc.clean[pair] == enc.corrupt[pair]).nonzero()[:, 0].tolist()
+            cells += [Cell("resid_pre", 0, pos=p, pair=gi) for p in agree]
+            kind += [("same", pair)] * len(agree)
+        vals, _ = run_cells(model, cells=cells, metric=cfg.metric, batch_size=max(cfg.batch_size, len(cells)),
+                            **group_inputs(model, enc, base, length, idx))
         for v, (what, pair) in zip(vals.tolist(), kind):
             norm = (v - float(base.corrupt_metric[pair])) / float(gap[pair])
             if what == "full":

@@ -175,3 +175,34 @@ def test_nnsight_backend_gives_the_same_cells(tiny_model, setup):
     on_nn, _ = run_cells(nn, *args)
     torch.testing.assert_close(flat, grown, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(on_nn, grown, atol=1e-5, rtol=1e-5)
+
+
+def test_several_pairs_share_one_forward(tiny_model):
+    """A group of pairs of one length runs in one forward (rows join after the embedding) and gives each pair's
+    cells exactly what that pair alone gives, grown or from the input, on both backends."""
+    from interp.nnsight_backend import NNsightModel
+    from probes.patching.probe import group_inputs
+
+    cfg = PatchingConfig(model="tiny", n_pairs=6, sites=("resid_pre", "z"))
+    enc = encode(tiny_model, load_pairs("ioi", None, 6, 0, token_counter(tiny_model)))
+    base = baselines_and_attribution(tiny_model, enc, cfg, [0, 1])
+    length, idx = max(enc.groups().items(), key=lambda kv: len(kv[1]))
+    assert len(idx) >= 2, f"no two pairs of one length: {enc.lengths}"
+    per = [Cell("resid_pre", 1, pos=length - 2), Cell("z", 0, head=1), Cell("resid_pre", 0, pos=1),
+           Cell("z", 1, head=0, pos=length - 1)]
+    cells = [Cell(c.kind, c.layer, c.head, c.pos, pair=gi) for gi in range(len(idx)) for c in per]
+    group = group_inputs(tiny_model, enc, base, length, idx)
+    together, n = run_cells(tiny_model, cells=cells, metric="logit_diff", batch_size=64, **group)
+    assert n == 1
+    alone = torch.cat([run_cells(tiny_model, enc.corrupt[p][None], base.clean_of(p), per, int(enc.answer[p]),
+                                 int(enc.wrong[p]), "logit_diff", 64)[0] for p in idx])
+    torch.testing.assert_close(together, alone, atol=1e-5, rtol=1e-5)
+    flat, _ = run_cells(tiny_model, cells=cells, metric="logit_diff", batch_size=64, grow=False, **group)
+    torch.testing.assert_close(flat, alone, atol=1e-5, rtol=1e-5)
+    nn = NNsightModel(tiny_model.hf, tiny_model.tokenizer, tiny_model.info, tiny_model.device, tiny_model.dtype)
+    on_nn, _ = run_cells(nn, cells=cells, metric="logit_diff", batch_size=64, **group)
+    torch.testing.assert_close(on_nn, alone, atol=1e-5, rtol=1e-5)
+    # the pairs differ, so a group that mixed them up would not pass
+    assert (alone.view(len(idx), -1)[0] - alone.view(len(idx), -1)[1]).abs().max() > 1e-4
+    with pytest.raises(ValueError, match="pass start"):
+        run_cells(tiny_model, cells=cells, metric="logit_diff", batch_size=64, **{**group, "start": None})
