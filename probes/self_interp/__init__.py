@@ -114,7 +114,7 @@ class SelfInterpConfig(ProbeConfig):
     """Conversations written per generated label (10 on GPU)."""
     sae_temperature: float = 0.7
     """Sampling temperature of SAE-branch labels and conversations."""
-    sae_path: str | None = None
+    sae: str | None = None
     """An `interp.load_sae` spec of an SAE on resid_post of the adapter's layer (a SAELens directory, a run directory
     holding an SAE such as atoms', saelens:<release>/<sae_id> online); None = the toolkit's cached SAE (trained once
     if missing)."""
@@ -198,10 +198,10 @@ class SelfInterpConfig(ProbeConfig):
         check_range("sae_steps", self.sae_steps, 1, 1_000_000)
         if not self.sae_scales or any(s <= 0 for s in self.sae_scales):
             raise ConfigError("sae_scales", self.sae_scales, "one or more positive relative scales")
-        if self.sae_path is not None:
+        if self.sae is not None:
             from interp.sae_source import resolve_sae_spec
 
-            resolve_sae_spec(self.sae_path, "sae_path")
+            resolve_sae_spec(self.sae, "sae")
         if self.sae_on:
             missing = [v for v in self.sae_variants if v not in self.variants]
             if missing:

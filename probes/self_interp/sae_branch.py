@@ -1,7 +1,7 @@
 """Step 6 (optional): describe SAE features and score the descriptions by generation.
 
 Vectors are an SAE's decoder rows at the adapter's layer (the toolkit's cached SAE for the model,
-trained once on the built-in corpus, or any SAELens directory via `sae_path`). Labels come from a
+trained once on the built-in corpus, or any SAELens directory via `sae`). Labels come from a
 user file ({latent, label} rows) or, offline, from "token labels": a latent whose top-activating
 positions are >= 80 % one token is labelled `the word "<token>"`.
 
@@ -200,11 +200,11 @@ def _sae_and_tops(model, site: Site, cfg, ctx):
 
     buf = collect_activations(model, batches(), {site: n_seqs * (seq_len - 1)}, skip_first=1)
     acts = buf.acts[site]
-    if cfg.sae_path:
-        sae = load_sae_spec(cfg.sae_path, device="cpu", field="sae_path")
+    if cfg.sae:
+        sae = load_sae_spec(cfg.sae, device="cpu", field="sae")
         hook = sae.cfg.metadata.hook_name
         if hook != site.tl_name or sae.cfg.d_in != model.info.d_model:
-            raise ConfigError("sae_path", cfg.sae_path, f"an SAE on {site.tl_name} (d_in {model.info.d_model}), the "
+            raise ConfigError("sae", cfg.sae, f"an SAE on {site.tl_name} (d_in {model.info.d_model}), the "
                               f"adapter's layer; this one reads {hook} (d_in {sae.cfg.d_in}): set layer to match")
     else:
         tcfg = SAETrainConfig(architecture="jumprelu", d_sae=4 * model.info.d_model, steps=cfg.sae_steps, batch=1024,

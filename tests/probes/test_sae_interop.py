@@ -1,5 +1,5 @@
 """The SAE atoms trains loads through interp.load_sae into sae_falsification (`sae=<run dir>`) and self_interp
-(`sae_path=<run dir>`), micro size on the embedded model: each run uses atoms' SAE (its hook and its decoder
+(`sae=<run dir>`), micro size on the embedded model: each run uses atoms' SAE (its hook and its decoder
 rows), not one of its own."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def test_atoms_sae_feeds_sae_falsification_and_self_interp(micro_runs, model, tm
     assert m["sae_d_sae"] == sae.cfg.d_sae
 
     layer = int(hook.split(".")[1])
-    spec, cfg = prepare("self_interp", {"size": "micro", "sae_path": str(atoms), "layer": layer,
+    spec, cfg = prepare("self_interp", {"size": "micro", "sae": str(atoms), "layer": layer,
                                         "sae_branch": "token_labels", "sae_max_latents": 2, "sae_trials": 1,
                                         "sae_scales": [1.0], "sae_variants": ["identity"]})
     si = load_run(execute(spec, cfg, out=tmp_path, model=model, progress=False))

@@ -103,6 +103,6 @@ def test_probe_configs_check_sae_specs_before_loading(tmp_path):
     from probes.sae_falsification import SaeFalsificationConfig
     from probes.self_interp import SelfInterpConfig
 
-    for cls, field in ((AtomsConfig, "sae_source"), (SaeFalsificationConfig, "sae"), (SelfInterpConfig, "sae_path")):
+    for cls, field in ((AtomsConfig, "sae_source"), (SaeFalsificationConfig, "sae"), (SelfInterpConfig, "sae")):
         with pytest.raises(ConfigError, match=field):
             build_config(cls, {field: str(tmp_path / "nowhere")})
