@@ -51,6 +51,13 @@ def test_runs_home_lists_every_run_with_its_status(runs, app_test):
     assert list(table.index) == sorted(table.index, key=lambda r: r[:15], reverse=True), "not newest first"
 
 
+def files_table(at):
+    """The run's Files table (beside the runs table and the Metrics tab's table, whichever are drawn)."""
+    tables = [d.value for d in at.dataframe if "file" in d.value.columns]
+    assert len(tables) == 1, [list(d.value.columns) for d in at.dataframe]
+    return tables[0]
+
+
 @pytest.mark.parametrize("kind", list(DAMAGE))
 def test_runs_home_shows_a_damaged_run_and_why(runs, app_test, kind):
     at = app_test(runs.root)
@@ -65,7 +72,7 @@ def test_runs_home_shows_a_damaged_run_and_why(runs, app_test, kind):
     if kind == "manifest-json":
         assert '"status": "do' in texts(at)  # the raw text of the broken manifest
     else:
-        checks = at.dataframe[1].value.set_index("file")["check"].to_dict()
+        checks = files_table(at).set_index("file")["check"].to_dict()
         want = {
             "sha-mismatch": ("tokens.parquet", "sha256 differs"),
             "truncated-safetensors": ("lens.safetensors", "differs"),
@@ -93,7 +100,7 @@ def test_runs_home_manifest_and_files_of_a_done_run(runs, app_test):
     at.selectbox(key=SELECT_KEY).select(ref).run()
     assert not at.exception, at.exception
     assert at.json[0].value and '"run_id"' in at.json[0].value and run_id(ref) in at.json[0].value
-    files = at.dataframe[1].value
+    files = files_table(at)
     assert set(files["file"]) == {"lens.safetensors", "tokens.parquet", "topk.parquet"}
     assert (files["check"] == "ok").all() and files["sha256"].str.len().eq(64).all(), files
 
