@@ -106,6 +106,9 @@ def browser(tmp_path):
     ):
         opts.add_argument(arg)
     driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
+    # a busy 2-core machine can keep the page's main thread (CircuitsVis, plotly) past selenium's 30 s script default
+    driver.set_script_timeout(180)
+    driver.set_page_load_timeout(180)
     try:
         yield driver
     finally:
