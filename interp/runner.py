@@ -15,13 +15,16 @@ from .store import RunWriter, default_root, load_run
 
 def prepare(probe: str, overrides: dict[str, Any] | None = None):
     """(spec, cfg) with the config, the model name and the data the config names validated; imports no torch."""
-    from .models import model_limits, resolve_model
+    from .models import check_architecture, model_family, model_limits, resolve_model
 
     spec = get_probe(probe)
     cfg = spec.config(overrides)
     check_backend(spec.name, cfg)
     res = resolve_model(cfg.model)
+    check_architecture(res)
+    check_family(spec.name, cfg, model_family(res), res.name)
     limits = model_limits(res)
+    cfg = cfg.at_depth(limits.n_layers)  # "resid_post@0.2" -> the layer of this model's depth
     cfg.validate_for_model(limits.n_layers)
     cfg.validate_data(limits)
     return spec, cfg
@@ -36,6 +39,28 @@ def check_backend(probe: str, cfg) -> None:
     if missing:
         raise ConfigError("backend", cfg.backend, f"probe {probe} needs {', '.join(missing)}, which the "
                           f"{cfg.backend} backend lacks; use backend=tl")
+
+
+def check_family(probe: str, cfg, family: str | None, model: str) -> None:
+    """ConfigError naming the probe, the architecture and the capability it lacks, before any model loads: every
+    site kind in the config's NEEDS_EXACT that this family cannot serve exactly (interp.families)."""
+    from .errors import ConfigError
+    from .families import unsupported
+    from .sites import site_kind
+
+    if family is None:
+        return
+    for kind in cfg.NEEDS_EXACT:
+        why = unsupported(kind, family)
+        if why:
+            raise ConfigError("model", model, f"probe {probe}: site {kind} {why} ({family})")
+    for name in cfg.SITE_FIELDS:  # a site the user named that this family cannot serve (mlp_up of a plain MLP)
+        value = getattr(cfg, name)
+        for v in value if isinstance(value, tuple) else (value,):
+            kind = site_kind(v)
+            why = unsupported(kind, family)
+            if why and kind not in ("attn_rot_q", "attn_rot_k"):
+                raise ConfigError(name, v, f"probe {probe}: site {kind} {why} ({family})")
 
 
 def env_info() -> dict[str, Any]:

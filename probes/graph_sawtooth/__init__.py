@@ -86,6 +86,7 @@ class GraphSawtoothConfig(ProbeConfig):
 
     #: SLASH edits the post-softmax pattern; scoring rebuilds the KV cache from post-rotary keys and values
     REQUIRES = ("attn_pattern", "edit:attn_pattern", "attn_rot_k", "attn_v", "attn_z")
+    NEEDS_EXACT = ("attn_rot_k",)  # the rebuilt KV cache holds the rotated keys
     CONTEXT_FIELDS = ("ppl_len",)
 
     SIZE_PRESETS = {

@@ -1,6 +1,6 @@
 """Steps 5-6: ablation by weight edits, the matched controls, and the position-0 mechanism.
 
-Every condition edits the HF parameters in place inside `interp.intervene.edit_weights`, which puts
+Every condition edits the HF parameters in place inside `interp.edit_weights`, which puts
 the original bytes back on exit; the probe checks `weights_digest` before and after. One hooked
 forward per batch gives the next-token NLL, the position-0 residual norm of every layer and the
 attention mass on position 0 (the sink), so every perplexity condition carries its mechanism.
@@ -18,8 +18,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp import WeightEdit, edit_weights
 from interp.generate import greedy
-from interp.intervene import WeightEdit, edit_weights
 from interp.sites import Site
 
 from .data import TASKS, TaskItem, score_answer
@@ -54,8 +54,8 @@ def zero_edits(smap: SliceMap, mask: Mask, d_head: int, rope_pair: bool = False)
     for t, layer, idx in cell_indices(mask):
         if rope_pair:
             idx = with_rope_partners(t, idx, d_head)
-        ids = idx.tolist()
-        edits.append(WeightEdit(smap.weight_name(t, layer), SPECS[t].dim, ids))
+        ids = smap.rows(t, layer, idx)
+        edits.append(WeightEdit(smap.weight_name(t, layer), smap.dim(t, layer), ids))
         bias = smap.bias_name(t, layer)
         if bias:
             edits.append(WeightEdit(bias, 0, ids))
@@ -67,17 +67,18 @@ def swap_edits(smap: SliceMap, pairs: Mapping[tuple[str, int], tuple[np.ndarray,
     """Copy neuron j's slice into keystone slot i (exactly the slice ablation zeroes, plus the bias entry)."""
     edits, values = [], {}
     for (t, layer), (i_idx, j_idx) in pairs.items():
-        dim = SPECS[t].dim
+        dim = smap.dim(t, layer)
         w = smap.weight(t, layer)
         name = smap.weight_name(t, layer)
-        j = torch.as_tensor(j_idx, dtype=torch.long, device=w.device)
+        i_rows = smap.rows(t, layer, i_idx)
+        j = torch.as_tensor(smap.rows(t, layer, j_idx), dtype=torch.long, device=w.device)
         values[name] = w.detach().index_select(dim, j).clone()
-        edits.append(WeightEdit(name, dim, i_idx.tolist()))
+        edits.append(WeightEdit(name, dim, i_rows))
         bias = smap.bias_name(t, layer)
         if bias:
             b = dict(smap.model.hf.named_parameters())[bias]
             values[bias] = b.detach().index_select(0, j).clone()
-            edits.append(WeightEdit(bias, 0, i_idx.tolist()))
+            edits.append(WeightEdit(bias, 0, i_rows))
     return edits, values
 
 

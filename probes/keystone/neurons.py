@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor
 
 from interp.sites import Site
@@ -50,18 +49,6 @@ SPECS = {
     "attn_o": NeuronType("attn_o", "attn_z", "attn_z", "o", 1),
 }
 
-_ATTN = ("self_attn", "attn", "attention", "self_attention")
-_MLP = ("mlp", "feed_forward", "ffn")
-_ROLE_NAMES = {
-    "q": ("q_proj", "query"),
-    "k": ("k_proj", "key"),
-    "v": ("v_proj", "value"),
-    "o": ("o_proj", "out_proj", "dense", "wo"),
-    "up": ("up_proj", "fc1", "fc_in", "dense_h_to_4h", "w1"),
-    "down": ("down_proj", "fc2", "fc_out", "dense_4h_to_h", "w2"),
-}
-
-
 def widths(info, types=TYPES) -> dict[str, int]:
     """Neurons per layer of each type, from the model's config."""
     w = {
@@ -76,27 +63,23 @@ def widths(info, types=TYPES) -> dict[str, int]:
 
 
 def recording_site(model, t: str, layer: int) -> Site:
-    """Where type `t` is recorded; a plain (ungated) MLP has no up_proj output of its own."""
+    """Where type `t` is recorded: after RoPE for q and k where the family has rotary keys (before it otherwise:
+    GPT-2's q and k carry no rotation); a plain (ungated) MLP has no up_proj output of its own."""
     kind = SPECS[t].site_kind
     if t == "fwd_up" and not is_gated(model):
         kind = "mlp_gate"  # the bridge's hook_pre is the fc_in output of a plain MLP
+    if kind in ("attn_rot_q", "attn_rot_k") and not model.anatomy.rotary:
+        kind = SPECS[t].hook_kind
     return Site(kind, layer)
 
 
 def is_gated(model) -> bool:
-    mlp = _child(model.layer_module(0), _MLP)
-    return hasattr(mlp, "gate_proj") or hasattr(mlp, "w3")
-
-
-def _child(module, names):
-    for n in names:
-        if hasattr(module, n):
-            return getattr(module, n)
-    raise AttributeError(f"{type(module).__name__} has none of {', '.join(names)}")
+    return model.anatomy.gated
 
 
 class SliceMap:
-    """HF parameter names of each (type, layer)'s weight (and, with `bias`, bias) slice on one model.
+    """Each (type, layer)'s weight (and, with `bias`, bias) slice on one model, through `model.anatomy`: the
+    parameter, the axis a neuron indexes and the neuron's index along it, for separate, fused and Conv1D layouts.
 
     The released code edits `.weight` only (a zeroed row of a biased projection then outputs its bias) and its
     SFT masks touch weights only, so every bias trains; `bias=False` (the default) does the same here."""
@@ -104,33 +87,38 @@ class SliceMap:
     def __init__(self, model, bias: bool = False):
         self.model = model
         self.bias = bias
-        names = {id(m): n for n, m in model.hf.named_modules()}
-        self._mod: dict[tuple[str, int], tuple[str, object]] = {}
-        for layer in range(model.info.n_layers):
-            block = model.layer_module(layer)
-            for t, spec in SPECS.items():
-                parent = _child(block, _ATTN if spec.role in ("q", "k", "v", "o") else _MLP)
-                mod = _child(parent, _ROLE_NAMES[spec.role])
-                if not isinstance(mod, torch.nn.Linear):
-                    raise TypeError(f"{t} of layer {layer} is a {type(mod).__name__}, not nn.Linear; unsupported")
-                self._mod[(t, layer)] = (names[id(mod)], mod)
+        a = model.anatomy
+        self._proj = {(t, layer): a.proj(layer, SPECS[t].role) for layer in range(model.info.n_layers) for t in SPECS}
+        params = dict(model.hf.named_parameters())
+        self._params = {p.weight: params[p.weight] for p in self._proj.values()}
 
     def weight_name(self, t: str, layer: int) -> str:
-        return self._mod[(t, layer)][0] + ".weight"
+        return self._proj[(t, layer)].weight
+
+    def dim(self, t: str, layer: int) -> int:
+        """The weight axis a neuron of (t, layer) indexes (0: rows, 1: columns; Conv1D swaps them)."""
+        return self._proj[(t, layer)].axis
+
+    def rows(self, t: str, layer: int, neurons) -> list[int]:
+        """Weight indices (along `dim`) of neurons `neurons` of (t, layer)."""
+        return self._proj[(t, layer)].rows(neurons)
 
     def bias_name(self, t: str, layer: int) -> str | None:
-        """The bias zeroed with a row (row types only, with `bias`), if the module has one."""
-        name, mod = self._mod[(t, layer)]
-        has = self.bias and SPECS[t].dim == 0 and getattr(mod, "bias", None) is not None
-        return name + ".bias" if has else None
+        """The bias zeroed with a neuron (output types only, with `bias`), if the module has one."""
+        p = self._proj[(t, layer)]
+        return p.bias if self.bias and p.bias_on_neurons else None
 
     def weight(self, t: str, layer: int) -> Tensor:
-        return self._mod[(t, layer)][1].weight
+        return self._params[self.weight_name(t, layer)]
+
+    def neuron_slice(self, t: str, layer: int, i: int) -> Tensor:
+        """Neuron i's weight slice (for fwd_down and attn_o: the d_model direction it writes), detached."""
+        rows = self.rows(t, layer, [i])
+        return self.weight(t, layer).detach().select(self.dim(t, layer), rows[0])
 
     def slice_norms(self, t: str, layer: int) -> Tensor:
         """L2 norm of every neuron's weight slice, (n,) float32."""
-        w = self.weight(t, layer).detach().float()
-        return w.norm(dim=1 - SPECS[t].dim)
+        return self._proj[(t, layer)].norms(self.weight(t, layer))
 
 
 def kv_ranking(info, types=TYPES, kv_width: str = "query") -> dict[str, tuple[int, int]]:

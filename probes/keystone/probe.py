@@ -8,7 +8,6 @@ position-0 massive activation and the attention sink.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from collections import defaultdict
@@ -17,9 +16,9 @@ import numpy as np
 import pandas as pd
 import torch
 
+from interp import weights_digest
 from interp.context import RunContext
 from interp.errors import NumericError
-from interp.intervene import weights_digest
 from interp.precision import dtype_name
 
 from . import KeystoneConfig
@@ -47,16 +46,16 @@ def run(cfg: KeystoneConfig, ctx: RunContext) -> None:
     model = ctx.model
     types = list(cfg.neuron_types)
     prompts = load_prompts(cfg.prompt_source, cfg.n_groups)  # 1. data and generation
-    with _timed(ctx, "generation"):
+    with ctx.timed("generation"):
         gens = [g for group in _groups(prompts) for g in generate(
             model, group, cfg.max_new_tokens, cfg.repetition_penalty, cfg.penalty_window, batch_size=len(group))]
     ctx.save_table("generations", generations_frame(gens))
 
-    with _timed(ctx, "tf_check"):  # 2. recording, with the equality check on the first prompt
+    with ctx.timed("tf_check"):  # 2. recording, with the equality check on the first prompt
         first = generate(model, [gens[0].prompt], cfg.tf_check_tokens, cfg.repetition_penalty, cfg.penalty_window,
                          stop=False)[0]
         check = tf_check(model, first, cfg.tf_check_tokens, types)
-    with _timed(ctx, "recording"):
+    with ctx.timed("recording"):
         recs = record_all(model, gens, types, per_step=cfg.recording == "per_step", progress=ctx.tqdm)
     means = {(g.prompt.group, g.prompt.id): r.means() for g, r in zip(gens, recs)}
     for k, m in means.items():
@@ -101,11 +100,11 @@ def run(cfg: KeystoneConfig, ctx: RunContext) -> None:
     writers = pd.DataFrame(columns=["type", "layer", "index", "pos0_norm_single", "cut_frac", "is_writer"])
     massive_dims: list[int] = []
     if cfg.ablation:  # 5. ablation with controls, 6. position 0 and the sink
-        with _timed(ctx, "ablation"):
+        with ctx.timed("ablation"):
             writers, massive_dims = ablation_study(cfg, ctx, model, smap, key, sweep, total)
     ctx.save_table("keystone", keystone_frame(model, smap, key, means, group_sets, writers, massive_dims))
     if cfg.sft.enable:  # 7. keystone-only fine-tuning
-        with _timed(ctx, "sft"):
+        with ctx.timed("sft"):
             sft_study(cfg, ctx, model, smap, key)
     restored = weights_digest(model) == digest
     ctx.log_metrics(weights_hash_restored=restored)
@@ -248,7 +247,7 @@ def ppl_chunks(model, cfg: KeystoneConfig) -> torch.Tensor:
 @torch.no_grad()
 def massive_residual_dims(model, chunks: torch.Tensor) -> list[int]:
     """Residual dimensions with |resid_post| > 100 x the median |resid_post| (over layers, tokens, dims)."""
-    from interp.capture import run_with_cache
+    from interp import run_with_cache
     from interp.sites import Site
 
     sites = [Site("resid_post", layer) for layer in range(model.info.n_layers)]
@@ -285,9 +284,9 @@ def keystone_frame(model, smap: SliceMap, key, means, group_sets, writers: pd.Da
         row["n_groups_containing"] = int(sum(bool(s[t][layer, i]) for s in group_sets.values()))
         col = None
         if t in ("fwd_up", "fwd_down"):
-            col = smap.weight("fwd_down", layer).detach()[:, i].float()
+            col = smap.neuron_slice("fwd_down", layer, i).float()
         elif t == "attn_o":
-            col = smap.weight("attn_o", layer).detach()[:, i].float()
+            col = smap.neuron_slice("attn_o", layer, i).float()
         if col is not None:
             top = (unembed @ col).topk(5).indices.tolist() if t != "attn_o" else []
             row["top_tokens"] = " | ".join(model.tokenizer.decode([j]) for j in top) if top else None
@@ -316,7 +315,7 @@ def recording_metadata(model, types, gens, cfg) -> dict[str, str]:
         "dtype": dtype_name(model.dtype),
         "accumulation": "float32",
         "recording": cfg.recording,
-        "slices": json.dumps({t: {"dim": SPECS[t].dim} for t in types}),
+        "slices": json.dumps({t: {"dim": model.anatomy.proj(0, SPECS[t].role).axis} for t in types}),
     }
 
 
@@ -325,13 +324,3 @@ def _groups(prompts):
     for p in prompts:
         out[p.group].append(p)
     return [out[g] for g in sorted(out)]
-
-
-@contextlib.contextmanager
-def _timed(ctx: RunContext, stage: str):
-    """Wall-clock seconds of a stage, and the CPU seconds this process spent in it (robust to other jobs)."""
-    t0, c0 = time.perf_counter(), time.process_time()
-    yield
-    ctx.log_timings(**{f"seconds_{stage}": round(time.perf_counter() - t0, 3),
-                       f"cpu_seconds_{stage}": round(time.process_time() - c0, 3)})
-

@@ -103,21 +103,10 @@ def generate(model, prompts: Sequence[Prompt], max_new_tokens: int, penalty: flo
 # ----------------------------------------------------------------------------- recording
 
 
-class _Stop(Exception):
-    """Raised after the last layer: measurements that need no logits skip the final norm and unembedding."""
-
-
 def forward_to_last_layer(model, ids: Tensor) -> None:
-    """A hooked forward of `ids` that stops after the last layer's resid_post (its hooks have all fired)."""
-
-    def stop(act: Tensor) -> None:
-        raise _Stop
-
-    with model.hooks([(Site("resid_post", model.info.n_layers - 1), stop)]):
-        try:
-            model.forward(ids.to(model.device))
-        except _Stop:
-            pass
+    """A hooked forward of `ids` that stops after the last layer's resid_post (its hooks have all fired):
+    measurements that need no logits skip the final norm and unembedding."""
+    model.forward_until(ids.to(model.device), Site("resid_post", model.info.n_layers - 1))
 
 
 @dataclass
@@ -158,7 +147,9 @@ def _recorder(model, types: Sequence[str], state: dict, keep_rows: bool):
 def _result(state: dict, n_rows: int, keep_rows: bool) -> Recording:
     rows = None
     if keep_rows:
-        rows = {t: torch.stack([torch.cat(r, 0) for r in per_layer]) for t, per_layer in state["kept"].items()}
+        width = {t: s.shape[1] for t, s in state["sums"].items()}  # a generation of 0 steps keeps 0 rows
+        rows = {t: torch.stack([torch.cat(r, 0) if r else torch.zeros(0, width[t]) for r in per_layer])
+                for t, per_layer in state["kept"].items()}
     return Recording(state["sums"], n_rows, rows)
 
 

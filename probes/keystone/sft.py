@@ -35,7 +35,7 @@ from interp.generate import greedy, perplexity
 
 from . import SFTConfig
 from .data import SFTItem, final_integer
-from .neurons import SPECS, SliceMap
+from .neurons import SliceMap
 from .record import ROLE_USER, prompt_text
 from .selection import Mask
 
@@ -92,12 +92,12 @@ def slice_masks(model, smap: SliceMap, mask: Mask, complement: bool = False, all
     params = dict(model.hf.named_parameters())
     out: dict[str, Tensor] = {}
     for t, m in mask.items():
-        dim = SPECS[t].dim
         for layer in range(m.shape[0]):
             idx = np.flatnonzero(m[layer])
             if not len(idx) and not (all_layers or complement):
                 continue
-            names = [(smap.weight_name(t, layer), dim)]
+            idx = smap.rows(t, layer, idx)
+            names = [(smap.weight_name(t, layer), smap.dim(t, layer))]
             if smap.bias_name(t, layer):
                 names.append((smap.bias_name(t, layer), 0))
             for name, d in names:

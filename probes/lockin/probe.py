@@ -18,9 +18,9 @@ import numpy as np
 import pandas as pd
 import torch
 
+from interp import weights_digest
 from interp.context import RunContext
 from interp.errors import NumericError
-from interp.intervene import weights_digest
 from interp.precision import dtype_name
 
 from . import RECONSTRUCTION, LockinConfig, analysis
