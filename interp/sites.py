@@ -7,6 +7,8 @@ Every site's activation is presented to capture and interventions as
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 
 # kind -> (TransformerLens hook name template, HF module path template + "out"/"in", unit layout)
@@ -62,16 +64,17 @@ class Site:
 
     @classmethod
     def parse(cls, text: str) -> "Site":
-        """ "resid_pre.3" / "resid_pre(3)" / "final" -> Site."""
+        """ "resid_pre.3" / "resid_pre(3)" / "final" -> Site (see `parse_site` for every form configs take)."""
         t = text.strip().replace("(", ".").rstrip(")")
         kind, _, layer = t.partition(".")
-        return cls(kind, int(layer) if layer else None)
+        try:
+            return cls(kind, int(layer) if layer else None)
+        except ValueError as e:
+            raise ValueError(f"site {text!r}: {e}") from None
 
     @classmethod
     def from_tl_name(cls, name: str) -> "Site":
         """The Site of a TransformerLens hook name ("blocks.6.hook_resid_post" -> resid_post.6)."""
-        import re
-
         for kind, (template, _, _) in _SITES.items():
             pattern = "^" + re.escape(template).replace(re.escape("{l}"), r"(\d+)") + "$"
             m = re.match(pattern, name)
@@ -101,6 +104,71 @@ class Site:
     @property
     def is_pattern(self) -> bool:
         return self.kind in _PATTERN_KINDS
+
+
+#: Site kinds inside one decoder layer, in the order the TransformerLens bridge fires them.
+_FORWARD = ("resid_pre", "attn_in", "attn_q", "attn_k", "attn_v", "attn_rot_q", "attn_rot_k", "attn_scores",
+            "attn_pattern", "attn_z", "attn_out", "resid_mid", "mlp_in", "mlp_gate", "mlp_up", "mlp_post", "mlp_out",
+            "resid_post")
+
+
+def forward_rank(site: Site) -> tuple[int, int]:
+    """Where `site` fires along the forward (sortable): embed first, then layer by layer, then final and logits."""
+    if site.layer is None:
+        return {"embed": (-1, 0), "final": (10**6, 0), "logits": (10**6, 1)}[site.kind]
+    return (site.layer, _FORWARD.index(site.kind))
+
+
+def depth_layer(frac: float, n_layers: int) -> int:
+    """The layer at depth fraction `frac` (0 = first, 1 = last) of an `n_layers` model: floor(frac * n_layers +
+    0.5), clamped to the layers. 0.2 is layer 6 of SmolLM2's 30, 4 of Gemma 3 270M's 18, 1 of a 4-layer model."""
+    return max(0, min(n_layers - 1, math.floor(frac * n_layers + 0.5)))
+
+
+def parse_site(text: str, n_layers: int | None = None) -> Site:
+    """A site from any of the forms a config or the CLI takes: a TransformerLens hook name
+    ("blocks.6.hook_resid_post"), a site name ("resid_post.6", "resid_post(6)"), a negative index counted from the
+    last layer ("resid_post.-1") or a depth fraction ("resid_post@0.2", see `depth_layer`). The last two need
+    `n_layers`; ValueError names what is wrong."""
+    t = text.strip()
+    kind, at, frac = t.partition("@")
+    if at:
+        try:
+            f = float(frac)
+        except ValueError:
+            raise ValueError(f"site {text!r}: the depth after @ must be a number in [0, 1]") from None
+        if not 0 <= f <= 1:
+            raise ValueError(f"site {text!r}: the depth after @ must be in [0, 1]")
+        if n_layers is None:
+            raise ValueError(f"site {text!r}: a depth fraction needs the model's number of layers")
+        return Site(kind.strip(), depth_layer(f, n_layers))
+    try:
+        return Site.from_tl_name(t)
+    except ValueError:
+        pass
+    site = Site.parse(t)
+    if site.layer is not None and site.layer < 0:
+        if n_layers is None:
+            raise ValueError(f"site {text!r}: a negative layer needs the model's number of layers")
+        if site.layer < -n_layers:
+            raise ValueError(f"site {text!r}: layer {site.layer} is below -{n_layers}")
+        site = Site(site.kind, n_layers + site.layer)
+    return site
+
+
+def site_kind(text: str) -> str:
+    """The kind of a site text in any `parse_site` form, checking its syntax without the model's depth."""
+    return parse_site(text, n_layers=10**9).kind
+
+
+def concrete_site(text: str, n_layers: int | None) -> str:
+    """`text` as a TransformerLens hook name of a concrete layer when it is depth-relative and `n_layers` is known
+    (the form the run and its manifest record); `text` unchanged otherwise."""
+    t = text.strip()
+    relative = "@" in t or bool(re.search(r"[.(]-\d", t))
+    if not relative or n_layers is None:
+        return text
+    return parse_site(t, n_layers).tl_name
 
 
 def token_first(site: Site, x):

@@ -15,15 +15,13 @@ from interp.config import ModelLimits, ProbeConfig, check_range
 from interp.data import check_source
 from interp.errors import ConfigError
 from interp.registry import probe
-from interp.sites import Site
+from interp.sites import Site, parse_site, site_kind
 
 
 def parse_hook(value: str) -> Site:
-    """A residual-like site from a TransformerLens hook name or a site name ("resid_post.6")."""
-    try:
-        return Site.from_tl_name(value)
-    except ValueError:
-        return Site.parse(value)
+    """A residual-like site from a TransformerLens hook name or a site name ("resid_post.6"), once the runner has
+    made depth-relative forms ("resid_post@0.2") concrete (`ProbeConfig.at_depth`)."""
+    return parse_site(value)
 
 
 _D_MODEL_SITES = ("embed", "resid_pre", "resid_mid", "resid_post", "attn_in", "attn_out", "mlp_in", "mlp_out", "final")
@@ -34,9 +32,10 @@ _D_MODEL_SITES = ("embed", "resid_pre", "resid_mid", "resid_post", "attn_in", "a
 class AtomsConfig(ProbeConfig):
     """Atoms: AIP geometry, R² and q* of neurons, SAE features and threshold SAEs; capacity x data grid."""
 
-    hook: str = "blocks.6.hook_resid_post"
-    """The gated site (TransformerLens hook name or site name): a residual or MLP-out site."""
-    angle_hooks: tuple[str, ...] = ("blocks.14.hook_resid_post",)
+    hook: str = "resid_post@0.2"
+    """The gated site: a residual or MLP-out site, as a TransformerLens hook name, a site name or a depth fraction
+    (the default, resid_post at 20 % of depth: layer 6 of SmolLM2's 30)."""
+    angle_hooks: tuple[str, ...] = ("resid_post@0.47",)
     """Further sites where only the representation shift (Euclidean vs AIP angles) is measured."""
     angle_tokens: int = 20480
     """Tokens collected at each `angle_hooks` site (in the same forward passes as `hook`)."""
@@ -172,10 +171,11 @@ class AtomsConfig(ProbeConfig):
         for name in ("hook", *(f"angle_hooks[{i}]" for i in range(len(self.angle_hooks)))):
             value = self.hook if name == "hook" else self.angle_hooks[int(name[12:-1])]
             try:
-                site = parse_hook(value)
+                kind = site_kind(value)
             except ValueError:
-                raise ConfigError(name, value, "a hook name such as blocks.6.hook_resid_post") from None
-            if site.kind not in _D_MODEL_SITES:
+                raise ConfigError(name, value, "a hook name such as blocks.6.hook_resid_post, resid_post.6 or "
+                                  "resid_post@0.2") from None
+            if kind not in _D_MODEL_SITES:
                 raise ConfigError(name, value, "a residual-stream-like site (resid_pre/mid/post, attn_out, mlp_out)")
         for name in ("n_tokens", "ctx_len", "batch_seqs", "n_pairs", "l0_calib_tokens", "steps", "batch",
                      "grid_steps", "grid_batch", "q_levels", "coherence_max_k", "eval_tokens", "synth_dim",
@@ -218,6 +218,7 @@ class AtomsConfig(ProbeConfig):
             resolve_sae_spec(self.sae_source, "sae_source")
 
     CONTEXT_FIELDS = ("ctx_len",)
+    SITE_FIELDS = ("hook", "angle_hooks")
 
     def validate_data(self, limits: ModelLimits) -> None:
         super().validate_data(limits)
@@ -226,10 +227,7 @@ class AtomsConfig(ProbeConfig):
 
     def validate_for_model(self, n_layers: int | None) -> None:
         for name, value in (("hook", self.hook), *(("angle_hooks", h) for h in self.angle_hooks)):
-            self.check_layer(name, parse_hook(value).layer, n_layers)
-            layer = parse_hook(value).layer
-            if layer is not None and layer < 0:
-                raise ConfigError(name, value, "a non-negative layer")
+            self.check_site(name, value, n_layers)
 
     @property
     def site(self) -> Site:

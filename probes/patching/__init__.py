@@ -37,8 +37,9 @@ class PatchingConfig(ProbeConfig):
     """Any of resid_pre, attn_out, mlp_out (by layer x position) and z (by layer x head, all positions)."""
     z_by_position: bool = False
     """Also patch each head's z at each position (a layer x head x position grid)."""
-    layers: tuple[int, ...] = ()
-    """Layers swept (negative counts from the end); empty: every `layer_stride`-th layer and the last."""
+    layers: tuple[int | str, ...] = ()
+    """Layers swept (negative counts from the end; "@0.5" is a depth fraction); empty: every `layer_stride`-th
+    layer and the last."""
     layer_stride: int = 1
     """With `layers` empty: sweep layers 0, k, 2k, ... and the last one."""
     batch_size: int = 192
@@ -71,7 +72,11 @@ class PatchingConfig(ProbeConfig):
         check_range("batch_size", self.batch_size, 1, 65536)
         check_range("top_k", self.top_k, 1, 1000)
 
+    LAYER_FIELDS = ("layers",)
+
     def validate_for_model(self, n_layers: int | None) -> None:
+        if any(isinstance(x, str) for x in self.layers):  # depth fractions wait for the depth (at_depth)
+            return
         for layer in self.layers:
             self.check_layer("layers", layer, n_layers)
         if n_layers is not None and len({layer % n_layers for layer in self.layers}) != len(self.layers):

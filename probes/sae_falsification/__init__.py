@@ -30,8 +30,9 @@ class SaeFalsificationConfig(ProbeConfig):
     sae: str = "train"
     """"train" (a TopK SAE trained by the toolkit on the embedded model, cached) or any `interp.load_sae` spec: a
     SAELens directory, a run directory holding an SAE (atoms'), saelens:<release>/<sae_id> (online)."""
-    sae_hook: str = "blocks.9.hook_resid_post"
-    """Hook (TransformerLens name) of the SAE to train; a loaded SAE always uses its own config's hook."""
+    sae_hook: str = "resid_post@0.3"
+    """Site of the SAE to train (TransformerLens hook name, site name or depth fraction: the default is resid_post
+    at 30 % of depth, layer 9 of SmolLM2's 30); a loaded SAE always uses its own config's hook."""
     sae_d_sae: int = 4608
     """Latents of the trained TopK SAE."""
     sae_k: int = 32
@@ -160,18 +161,18 @@ class SaeFalsificationConfig(ProbeConfig):
 
     def validate(self) -> None:
         super().validate()
-        from interp.sites import Site
+        from interp.sites import Site, site_kind
 
         if self.sae != "train":
             from interp.sae_source import resolve_sae_spec
 
             resolve_sae_spec(self.sae, "sae")
         try:
-            site = Site.from_tl_name(self.sae_hook)
+            kind = site_kind(self.sae_hook)
         except ValueError:
             raise ConfigError("sae_hook", self.sae_hook, "a TransformerLens hook name such as "
-                              "blocks.9.hook_resid_post") from None
-        if site.layer is None or site.units != "d_model":
+                              "blocks.9.hook_resid_post, resid_post.9 or resid_post@0.3") from None
+        if kind in ("embed", "final", "logits") or Site(kind, 0).units != "d_model":
             raise ConfigError("sae_hook", self.sae_hook, "a residual-stream-like hook of a layer "
                               "(hook_resid_pre/mid/post, hook_attn_out, hook_mlp_out)")
         for name in ("sae_d_sae", "sae_k", "sae_train_tokens", "sae_epochs", "sae_batch", "quality_tokens",
@@ -219,6 +220,7 @@ class SaeFalsificationConfig(ProbeConfig):
         if not self.steer_gammas or any(abs(g) > 100 for g in self.steer_gammas):
             raise ConfigError("steer_gammas", list(self.steer_gammas), "a non-empty list of scales in [-100, 100]")
 
+    SITE_FIELDS = ("sae_hook",)
     CONTEXT_FIELDS = ("seq_len",)
 
     def validate_data(self, limits: ModelLimits) -> None:
@@ -229,6 +231,4 @@ class SaeFalsificationConfig(ProbeConfig):
 
     def validate_for_model(self, n_layers: int | None) -> None:
         if self.sae == "train":
-            from interp.sites import Site
-
-            self.check_layer("sae_hook", Site.from_tl_name(self.sae_hook).layer, n_layers)
+            self.check_site("sae_hook", self.sae_hook, n_layers)

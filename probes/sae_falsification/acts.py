@@ -16,32 +16,15 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from interp.capture import token_mask
+from interp import token_mask
 from interp.sae import encode
 from interp.sites import Site
-
-
-class _StopForward(Exception):
-    """Raised by the hook at the SAE's site: nothing above it needs to run."""
 
 
 @torch.no_grad()
 def site_activations(model, site: Site, ids: Tensor, mask: Tensor) -> Float[Tensor, "batch pos d"]:
     """The activation at `site` for (ids, mask), with the forward stopped right there."""
-    box: dict[str, Tensor] = {}
-
-    def hook(x: Tensor) -> None:
-        box["x"] = x.detach()
-        raise _StopForward
-
-    with model.hooks([(site, hook)]):
-        try:
-            model.forward(ids, mask)
-        except _StopForward:
-            pass
-    if "x" not in box:
-        raise RuntimeError(f"the hook at {site} never fired")
-    return box["x"]
+    return model.forward_until(ids, site, mask).detach()
 
 
 def valid_positions(mask: Tensor) -> Bool[Tensor, "batch pos"]:

@@ -30,7 +30,7 @@ from interp.sae import (
     sae_site,
     train_sae,
 )
-from interp.sites import Site
+from interp.sites import Site, parse_site
 
 from .acts import valid_positions
 
@@ -44,7 +44,7 @@ def obtain_sae(model, cfg, train_seqs: Sequence[Sequence[int]], data_key: str, p
     `interp.load_sae` (a SAELens directory, a run directory, `saelens:<release>/<sae_id>` online) loaded as it is.
     """
     if cfg.sae == "train":
-        site = Site.from_tl_name(cfg.sae_hook)
+        site = parse_site(cfg.sae_hook)
         steps = max(1, math.ceil(cfg.sae_train_tokens * cfg.sae_epochs / cfg.sae_batch))
         tcfg = SAETrainConfig(architecture="topk", d_sae=cfg.sae_d_sae, k=cfg.sae_k, steps=steps, batch=cfg.sae_batch,
                               lr=cfg.sae_lr, lr_schedule="constant", init_b_dec="mean", calibrate_l0=False,

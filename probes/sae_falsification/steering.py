@@ -111,7 +111,7 @@ def steer(model, sae, site: Site, problems: Sequence[tuple[str, int]], features:
                 with hf_steer(model, site, vec.to(model.device), state):
                     outs += greedy(model, enc, max_new)
             else:
-                from interp.intervene import intervene
+                from interp import intervene
 
                 with intervene(model, site, _masked_add(vec, enc["attention_mask"])):
                     outs += greedy(model, enc, max_new, hooked=True)

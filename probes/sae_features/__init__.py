@@ -25,8 +25,9 @@ class SaeFeaturesConfig(ProbeConfig):
     sae: str = "train"
     """"train" (a JumpReLU SAE trained here on `hook`, cached) or an `interp.load_sae` spec: a SAELens directory,
     a run directory holding an SAE (atoms'), saelens:<release>/<sae_id> (online)."""
-    hook: str = "blocks.6.hook_resid_post"
-    """TransformerLens hook of the SAE trained with sae=train (a given SAE reads its own config's hook)."""
+    hook: str = "resid_post@0.2"
+    """Site of the SAE trained with sae=train (TransformerLens hook name, site name or depth fraction: the default
+    is resid_post at 20 % of depth, layer 6 of SmolLM2's 30); a given SAE reads its own config's hook."""
     d_sae: int = 2304
     """Latents of the trained SAE."""
     target_l0: float = 16.0
@@ -67,20 +68,22 @@ class SaeFeaturesConfig(ProbeConfig):
                   "n_interval_samples": 3},
     }
     CONTEXT_FIELDS = ("seq_len",)
+    SITE_FIELDS = ("hook",)
 
     def validate(self) -> None:
         super().validate()
-        from interp.sites import Site
+        from interp.sites import Site, site_kind
 
         if self.sae != "train":
             from interp.sae_source import resolve_sae_spec
 
             resolve_sae_spec(self.sae, "sae")
         try:
-            site = Site.from_tl_name(self.hook)
+            kind = site_kind(self.hook)
         except ValueError:
-            raise ConfigError("hook", self.hook, "a TransformerLens hook name (blocks.6.hook_resid_post)") from None
-        if site.layer is None or site.units != "d_model":
+            raise ConfigError("hook", self.hook, "a TransformerLens hook name (blocks.6.hook_resid_post), a site name "
+                              "(resid_post.6) or a depth (resid_post@0.2)") from None
+        if kind in ("embed", "final", "logits") or Site(kind, 0).units != "d_model":
             raise ConfigError("hook", self.hook, "a residual-stream-like hook of a layer (hook_resid_pre/mid/post, "
                               "hook_attn_out, hook_mlp_out)")
         for name in ("d_sae", "sae_steps", "n_top", "n_intervals", "n_interval_samples", "hist_bins", "n_logits",
@@ -96,9 +99,7 @@ class SaeFeaturesConfig(ProbeConfig):
 
     def validate_for_model(self, n_layers: int | None) -> None:
         if self.sae == "train":
-            from interp.sites import Site
-
-            self.check_layer("hook", Site.from_tl_name(self.hook).layer, n_layers)
+            self.check_site("hook", self.hook, n_layers)
 
     def validate_data(self, limits: ModelLimits) -> None:
         super().validate_data(limits)

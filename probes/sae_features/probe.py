@@ -26,7 +26,7 @@ from interp.errors import ConfigError, NumericError
 from interp.sae import SAETrainConfig, cached_sae, collect_activations, encode, sae_metadata, sae_site, save_sae
 from interp.sae import train_sae as train
 from interp.sae_source import load_sae
-from interp.sites import Site
+from interp.sites import Site, parse_site
 
 from . import SaeFeaturesConfig
 
@@ -62,10 +62,10 @@ def run(cfg: SaeFeaturesConfig, ctx: RunContext) -> None:
 
 def chunks(model, cfg: SaeFeaturesConfig) -> Tensor:
     """(n_seqs, seq_len) token ids: the text cut into chunks, with BOS first where the tokenizer adds one."""
-    from interp.sae import _adds_bos
+    from interp.sae import adds_bos
 
     texts = builtin_corpus("all", cfg.seed) if cfg.data == "builtin:all" else load_texts(cfg.data, seed=cfg.seed)
-    bos = _adds_bos(model.tokenizer) and model.tokenizer.bos_token_id is not None
+    bos = adds_bos(model.tokenizer) and model.tokenizer.bos_token_id is not None
     n_train = -(-cfg.sae_train_tokens // (cfg.seq_len - 1)) if cfg.sae == "train" else 0
     rows = token_chunks(model.tokenizer, texts, max(cfg.n_seqs, n_train), cfg.seq_len - int(bos))
     ids = torch.tensor(rows, dtype=torch.long)  # (n, seq_len - bos)
@@ -90,7 +90,7 @@ def obtain_sae(model, cfg: SaeFeaturesConfig, ids: Tensor, ctx: RunContext):
             raise ConfigError("sae", cfg.sae, f"an SAE on a d_model={model.info.d_model} site of {model.info.name} "
                               f"(this one reads {sae.cfg.d_in} dims at {site})")
         return sae, site, cfg.sae
-    site = Site.from_tl_name(cfg.hook)
+    site = parse_site(cfg.hook)
     tcfg = SAETrainConfig(architecture="jumprelu", d_sae=cfg.d_sae, steps=cfg.sae_steps, batch=1024, lr=2e-3,
                           target_l0=cfg.target_l0, init_sparsity="data", seed=cfg.seed)
     meta = sae_metadata(model, site, context_size=cfg.seq_len, dataset=cfg.data)
@@ -109,24 +109,10 @@ def obtain_sae(model, cfg: SaeFeaturesConfig, ids: Tensor, ctx: RunContext):
     return sae, site, "train"
 
 
-class _Stop(Exception):
-    """Raised by the hook once it has the site's activation: later layers never run."""
-
-
 def site_codes(model, sae, site: Site, ids: Tensor) -> tuple[Tensor, Tensor]:
     """(codes, valid): SAE codes (batch, pos, d_sae) at `site` with position 0 zeroed, and the (batch, pos) mask."""
-    state: dict[str, Tensor] = {}
-
-    def hook(x: Tensor) -> None:
-        state["x"] = x.detach()
-        raise _Stop
-
-    with torch.no_grad(), model.hooks([(site, hook)]):
-        try:
-            model.forward(ids, torch.ones_like(ids))
-        except _Stop:
-            pass
-    x = state["x"].float().cpu()  # (batch, pos, d_model)
+    with torch.no_grad():
+        x = model.forward_until(ids, site, torch.ones_like(ids)).detach().float().cpu()  # (batch, pos, d_model)
     b, p, d = x.shape
     codes = encode(sae, x.reshape(b * p, d)).reshape(b, p, -1).float()  # (batch, pos, d_sae)
     valid = torch.ones(b, p, dtype=torch.bool)

@@ -24,8 +24,9 @@ SCORERS = ("auto", "exact", "embedding", "lexical")
 class SelfInterpConfig(ProbeConfig):
     """Train adapters that let a frozen model describe its own vectors in words (self-interpretation)."""
 
-    layer: int | None = None
-    """Residual after block `layer` (resid_post) at the last token; None = round(0.8 * n_layers) (24 on SmolLM2)."""
+    layer: int | str | None = None
+    """Residual after block `layer` (resid_post) at the last token: an index (negative from the last layer), a depth
+    fraction ("@0.8"), or None = round(0.8 * n_layers) (24 on SmolLM2)."""
     layer_sweep: tuple[float, ...] = (0.4, 0.6, 0.8, 0.9)
     """Layers for recall by layer (identity, scalar_affine, logit lens): a value < 1 is a fraction of n_layers,
     else a layer index; () skips the sweep. (0.4, 0.6, 0.8, 0.9) is [12, 18, 24, 27] on SmolLM2."""
@@ -225,8 +226,11 @@ class SelfInterpConfig(ProbeConfig):
             read_jsonl(self.sae_labels_file, field="sae_labels_file", required=("latent", "label"), unique="latent",
                        duplicates="last")
 
+    LAYER_FIELDS = ("layer",)
+
     def validate_for_model(self, n_layers: int | None) -> None:
-        self.check_layer("layer", self.layer, n_layers)
+        if not isinstance(self.layer, str):  # "@0.8" is resolved by at_depth once the depth is known
+            self.check_layer("layer", self.layer, n_layers)
         if n_layers is not None:
             for layer in sweep_layers(self.layer_sweep, n_layers):
                 self.check_layer("layer_sweep", layer, n_layers)

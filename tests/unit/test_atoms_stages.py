@@ -142,13 +142,16 @@ def test_config_sizes_and_validation():
     micro = build_config(AtomsConfig, {"size": "micro"})
     assert micro.grid_d_mults == (2.0,) and micro.synth_dim == 64 and micro.angle_hooks == ()
     default = build_config(AtomsConfig, {})
-    assert default.site == parse_hook("resid_post.6") and default.angle_sites[0].layer == 14
+    smol = default.at_depth(30)  # the depth-relative defaults on SmolLM2's 30 layers: the layers they used to name
+    assert smol.site == parse_hook("resid_post.6") and smol.angle_sites[0].layer == 14
+    assert smol.hook == "blocks.6.hook_resid_post" and default.at_depth(18).site.layer == 4
     for bad in ({"hook": "blocks.6.attn.hook_pattern"}, {"drop_positions": [1]}, {"grid_n_fracs": [2.0]},
                 {"grid_d_mults": []}, {"heldout_frac": 0.0}, {"hook": "nonsense"}):
         with pytest.raises(ConfigError):
             build_config(AtomsConfig, bad)
     with pytest.raises(ConfigError):
-        default.validate_for_model(6)
+        build_config(AtomsConfig, {"hook": "blocks.6.hook_resid_post"}).validate_for_model(6)
+    default.at_depth(6).validate_for_model(6)  # resid_post@0.2 of a 6-layer model is layer 1
 
 
 def test_config_import_is_torch_free():
