@@ -7,9 +7,10 @@ Prompts are left-padded with explicit attention masks; position ids come from th
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import cache
 
 import torch
@@ -58,7 +59,7 @@ def greedy(
         texts = list(prompts)
         encs = [model.tokenize(texts[i : i + batch_size], padding_side="left", templated=templated)
                 for i in range(0, len(texts), batch_size)]
-    stop = set(stop_ids if stop_ids is not None else _stop_ids(model))
+    stop = set(stop_ids if stop_ids is not None else default_stop_ids(model))
     out: list[list[int]] = []
     for enc in encs:
         out += _greedy_batch(model, enc["input_ids"], enc["attention_mask"], max_new_tokens, stop, logits_fn, hooked)
@@ -71,6 +72,27 @@ def _cache_kwarg(forward) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
+@contextlib.contextmanager
+def decoding_attention(hf) -> Iterator[str]:
+    """Run `hf` with SDPA attention inside the block where its family supports it (eager otherwise: Gemma 2's
+    soft-capped attention has no SDPA path), restoring its implementation after; yields the one used.
+
+    Models load eager because hooks read the attention pattern; decoding that reads no pattern is faster on SDPA."""
+    before = getattr(hf.config, "_attn_implementation", None)
+    if before in (None, "sdpa") or not hasattr(hf, "set_attn_implementation"):
+        yield before or "sdpa"
+        return
+    try:
+        hf.set_attn_implementation("sdpa")
+    except (ValueError, ImportError):  # the family has no SDPA attention
+        yield before
+        return
+    try:
+        yield "sdpa"
+    finally:
+        hf.set_attn_implementation(before)
+
+
 def kv_cache_kwargs(hf, kv) -> dict:
     """{cache: kv, use_cache: True} for `hf`'s forward, under the name it takes: newer transformers releases
     call the KV cache argument `cache` (5.24 deprecates `past_key_values`, to be removed in 5.40), older ones
@@ -78,7 +100,7 @@ def kv_cache_kwargs(hf, kv) -> dict:
     return {_cache_kwarg(type(hf).forward): kv, "use_cache": True}
 
 
-def _stop_ids(model) -> list[int]:
+def default_stop_ids(model) -> list[int]:
     tok = model.tokenizer
     ids = {tok.eos_token_id} if tok.eos_token_id is not None else set()
     for t in ("<|im_end|>", "<end_of_turn>", "<|eot_id|>"):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from interp.generate import _stop_ids
+from interp.generate import default_stop_ids
 
 from . import envs
 from .decode import shared_prefix_greedy
@@ -49,7 +49,7 @@ def request(model, ep: Episode, policy: str, window_w: int, clip_w: int) -> Requ
 
 def stop_ids(model) -> list[int]:
     """End-of-turn tokens; for the plain-text role format also the newline tokens (a reply is one line)."""
-    ids = set(_stop_ids(model))
+    ids = set(default_stop_ids(model))
     if not model.info.chat:
         for nl in ("\n", "\n\n"):
             enc = model.tokenizer.encode(nl, add_special_tokens=False)

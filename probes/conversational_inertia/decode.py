@@ -19,15 +19,14 @@ heads every step: about 2x faster per decode step on SmolLM2 at 600 context toke
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from transformers import DynamicCache
 
-from interp.generate import greedy, kv_cache_kwargs
+from interp.generate import decoding_attention, greedy, kv_cache_kwargs
 
 
 @dataclass
@@ -73,26 +72,12 @@ def has_sliding_layers(model) -> bool:
                                                             (getattr(cfg, "layer_types", None) or []))
 
 
-@contextlib.contextmanager
-def sdpa_attention(hf) -> Iterator[None]:
-    """Run `hf` with SDPA attention inside the block, restoring its implementation after."""
-    before = getattr(hf.config, "_attn_implementation", None)
-    if before in (None, "sdpa") or not hasattr(hf, "set_attn_implementation"):
-        yield
-        return
-    hf.set_attn_implementation("sdpa")
-    try:
-        yield
-    finally:
-        hf.set_attn_implementation(before)
-
-
 @torch.no_grad()
 def shared_prefix_greedy(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, stop_ids: Sequence[int],
                          batch_size: int = 32, root_batch: int = 16, min_frac: float = 0.25,
                          progress: Callable | None = None) -> dict[tuple[int, ...], list[int]]:
     """prompt ids -> greedy continuation ids (stop token excluded), each distinct prompt decoded once."""
-    with sdpa_attention(model.hf):
+    with decoding_attention(model.hf):
         return _shared_prefix_greedy(model, prompts, max_new_tokens, stop_ids, batch_size, root_batch, min_frac,
                                      progress)
 
