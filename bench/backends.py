@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from interp.capture import AbsMean, capture
+from interp import AbsMean, capture
 from interp.sites import Site
 
 from .capture import _batches

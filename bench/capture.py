@@ -8,7 +8,7 @@ import sys
 
 import torch
 
-from interp.capture import AbsMean, capture
+from interp import AbsMean, capture
 from interp.sites import Site
 
 from .common import Row, check, interleaved
@@ -54,7 +54,7 @@ def capture_overhead(model, smoke: bool = False) -> list[Row]:
 _MEM_SCRIPT = """
 import json, resource, sys, torch
 from interp.models import load_model
-from interp.capture import capture, AbsMean
+from interp import capture, AbsMean
 from interp.sites import Site
 n_tokens, name, seq, batch = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 m = load_model(name)

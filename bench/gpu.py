@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import torch
 
-from interp.capture import AbsMean, capture
+from interp import AbsMean, capture
 from interp.sae import SAETrainConfig, train_sae
 from interp.sites import Site
 

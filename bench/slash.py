@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from interp.config import build_config
-from interp.models import _twin
+from interp.models import twin
 from probes.graph_sawtooth import GraphSawtoothConfig
 from probes.graph_sawtooth.attention import forward_last, pad_left, tokenise
 from probes.graph_sawtooth.graphs import synthetic_samples
@@ -43,7 +43,7 @@ def slash_hook(model, smoke: bool = False) -> list[Row]:
     ids, mask, _ = pad_left(model, items)
     S = slash_layers(model.info.n_layers)
     edit, checked = Slash(S, GAMMA, cfg.sink_offsets, check=False), Slash(S, GAMMA, cfg.sink_offsets)
-    sdpa = _twin(model.hf)  # shares every weight with the model; only the attention kernel differs
+    sdpa = twin(model.hf)  # shares every weight with the model; only the attention kernel differs
     sdpa.set_attn_implementation("sdpa")
 
     def base():

@@ -19,7 +19,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __version__ = "0.1.0"
 
-# Torch-free names are imported eagerly; the rest load on first use so `import interp` stays fast.
+# Torch-free names are imported eagerly; the rest load on first use so `import interp` stays fast. The modules
+# behind the lazy names are private (`interp._capture`, `interp._intervene`): a public submodule named like the
+# function it serves would replace that function as the package attribute once anything imported it.
 from .config import ProbeConfig, build_config
 from .errors import ConfigError, DamagedRun, InterpError, ModelNotFound, NumericError
 from .registry import get_probe, probe, probes_available
@@ -32,22 +34,24 @@ _LAZY = {
     "load_model": "interp.models",
     "Model": "interp.models",
     "ModelInfo": "interp.models",
-    "capture": "interp.capture",
-    "run_with_cache": "interp.capture",
-    "Mean": "interp.capture",
-    "AbsMean": "interp.capture",
-    "Max": "interp.capture",
-    "TopK": "interp.capture",
-    "Welford": "interp.capture",
-    "MeanSquare": "interp.capture",
-    "intervene": "interp.intervene",
-    "ablate": "interp.intervene",
-    "scale": "interp.intervene",
-    "add": "interp.intervene",
-    "patch": "interp.intervene",
-    "edit_weights": "interp.intervene",
-    "WeightEdit": "interp.intervene",
-    "weights_digest": "interp.intervene",
+    "capture": "interp._capture",
+    "run_with_cache": "interp._capture",
+    "Mean": "interp._capture",
+    "AbsMean": "interp._capture",
+    "Max": "interp._capture",
+    "TopK": "interp._capture",
+    "Welford": "interp._capture",
+    "MeanSquare": "interp._capture",
+    "token_mask": "interp._capture",
+    "batched": "interp._capture",
+    "intervene": "interp._intervene",
+    "ablate": "interp._intervene",
+    "scale": "interp._intervene",
+    "add": "interp._intervene",
+    "patch": "interp._intervene",
+    "edit_weights": "interp._intervene",
+    "WeightEdit": "interp._intervene",
+    "weights_digest": "interp._intervene",
     "RunContext": "interp.context",
     "load_sae": "interp.sae_source",
     "capture_grads": "interp.gradients",

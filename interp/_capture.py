@@ -17,7 +17,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from .sites import Site, token_first
+from .sites import Site, forward_rank, token_first
 
 
 class Reducer:
@@ -165,7 +165,8 @@ def capture(
     """Run `model` over `batches` (dicts with input_ids, attention_mask) and reduce each site.
 
     Only the tokens of the attention mask count (padding never does); `skip_first=1` also
-    drops position 0 (the massive-activation position). Memory is O(units) per reducer.
+    drops position 0 (the massive-activation position). Memory is O(units) per reducer. Unless a site is the
+    logits, the forward stops after the last site (`Model.forward_until`): no final norm, no unembedding.
     """
     from tqdm.auto import tqdm
 
@@ -185,6 +186,7 @@ def capture(
         return hook
 
     pairs = [(site, make_hook(site, reds)) for site, reds in reducers.items()]
+    last = max(reducers, key=forward_rank) if reducers else None
     with torch.no_grad(), model.hooks(pairs):
         for batch in tqdm(batches, desc="capture", disable=not progress, leave=False):
             ids = batch["input_ids"].to(model.device)
@@ -194,7 +196,10 @@ def capture(
             nz = mask.nonzero()
             nz[:, 0] += seq_offset[0]
             state["mask"], state["where"] = mask, nz
-            model.forward(ids, am)
+            if last is None or last.kind == "logits":
+                model.forward(ids, am)
+            else:
+                model.forward_until(ids, last, am)
             seq_offset[0] += ids.shape[0]
     return {site: {k: v for r in reds for k, v in r.result().items()} for site, reds in reducers.items()}
 

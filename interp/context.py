@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -101,6 +101,17 @@ class RunContext:
     def log_timings(self, **timings: Any) -> None:
         self.writer.log_timings(**timings)
 
+    @contextlib.contextmanager
+    def timed(self, stage: str) -> Iterator[None]:
+        """Time the enclosed stage: `seconds_<stage>` (wall clock) and `cpu_seconds_<stage>` (CPU seconds of this
+        process, robust to other jobs on the machine) in the manifest's timings, also when the stage raises."""
+        t0, c0 = time.perf_counter(), time.process_time()
+        try:
+            yield
+        finally:
+            self.log_timings(**{f"seconds_{stage}": round(time.perf_counter() - t0, 3),
+                                f"cpu_seconds_{stage}": round(time.process_time() - c0, 3)})
+
     def check_finite(self, where: str, value: Any) -> None:
         """NumericError naming `where` if a tensor/array/number holds NaN or inf."""
         if hasattr(value, "isfinite"):
@@ -114,6 +125,3 @@ class RunContext:
     def elapsed(self) -> float:
         return time.perf_counter() - self._t0
 
-
-def finite_or_none(x: float) -> float | None:
-    return x if math.isfinite(x) else None

@@ -42,9 +42,9 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from .capture import token_mask
+from ._capture import token_mask
 from .errors import ConfigError, NumericError
-from .sites import Site
+from .sites import Site, forward_rank
 
 ARCHITECTURES = ("standard", "jumprelu", "topk")
 CACHE_VERSION = 1
@@ -185,10 +185,6 @@ class ActivationBuffer:
     """Tokens dropped as norm outliers."""
 
 
-class _Stop(Exception):
-    """Raised by the deepest hook still collecting, to skip the rest of the forward."""
-
-
 def collect_activations(
     model: Any,
     batches: Iterable[Mapping[str, Tensor]],
@@ -203,7 +199,7 @@ def collect_activations(
 
     Only tokens of the attention mask count, without the first `skip_first` positions of
     each sequence (position 0 carries a massive activation). The forward stops after the
-    deepest site that still needs tokens (a hook raises), so later layers never run.
+    deepest site that still needs tokens (`Model.forward_until`), so later layers never run.
     `norm_outlier_factor`: drop tokens whose norm exceeds that factor times the median norm
     of the first batch's kept tokens (a relative threshold; Gemma's norms are large).
     Sites must hold a (batch, pos, d) activation (residual-stream-like sites).
@@ -214,7 +210,7 @@ def collect_activations(
         raise ValueError("collect_activations: no sites")
     for site in budgets:
         model.check_site(site)
-    order = {site: _depth(site) for site in budgets}
+    order = {site: forward_rank(site) for site in budgets}
     chunks: dict[Site, list[Tensor]] = {s: [] for s in budgets}
     seqs: dict[Site, list[Tensor]] = {s: [] for s in budgets}
     poss: dict[Site, list[Tensor]] = {s: [] for s in budgets}
@@ -245,8 +241,6 @@ def collect_activations(
                 seqs[site].append(where[:, 0].cpu())
                 poss[site].append(where[:, 1].cpu())
                 have[site] += x.shape[0]
-            if site == state["last"]:
-                raise _Stop
             return None
 
         return hook
@@ -266,12 +260,9 @@ def collect_activations(
             mask = token_mask(am, skip_first)
             where = mask.nonzero()
             where[:, 0] += seq_offset
-            state.update(mask=mask, where=where, last=max(pending, key=order.get))
+            state.update(mask=mask, where=where)
             before = sum(have.values())
-            try:
-                model.forward(ids, am)
-            except _Stop:
-                pass
+            model.forward_until(ids, max(pending, key=order.get), am)  # the deepest site still collecting
             seq_offset += ids.shape[0]
             bar.update(sum(have.values()) - before)
     bar.close()
@@ -285,16 +276,6 @@ def collect_activations(
         n_seen=seen,
         n_outliers=dropped,
     )
-
-
-def _depth(site: Site) -> tuple[int, int]:
-    """Order of sites along the forward (layer first; globals at the ends)."""
-    if site.layer is None:
-        return (-1, 0) if site.kind == "embed" else (10**6, 0)
-    sub = ("resid_pre", "attn_in", "attn_q", "attn_k", "attn_v", "attn_rot_q", "attn_rot_k", "attn_scores",
-           "attn_pattern", "attn_z", "attn_out", "resid_mid", "mlp_in", "mlp_gate", "mlp_up", "mlp_post",
-           "mlp_out", "resid_post")
-    return (site.layer, sub.index(site.kind) if site.kind in sub else len(sub))
 
 
 # ============================================================================= input transform
@@ -941,7 +922,7 @@ def sae_metadata(model: Any, site: Site, context_size: int | None = None, datase
         "model_name": info.name,
         "interp_site": str(site),
         "interp_model_weights_sha256": info.weights_sha256,
-        "prepend_bos": _adds_bos(getattr(model, "tokenizer", None)),
+        "prepend_bos": adds_bos(getattr(model, "tokenizer", None)),
     }
     canonical = _canonical_hook(model, site)
     if canonical and canonical != site.tl_name:
@@ -954,7 +935,7 @@ def sae_metadata(model: Any, site: Site, context_size: int | None = None, datase
     return meta
 
 
-def _adds_bos(tok: Any) -> bool:
+def adds_bos(tok: Any) -> bool:
     try:
         return len(tok("a").input_ids) > len(tok.encode("a", add_special_tokens=False))
     except Exception:  # noqa: BLE001 - a tokenizer without the HF call API: assume none

@@ -470,6 +470,10 @@ class Run:
             raise InterpError(f"{self.path}: no directory artifact {name!r}")
         return self.path / check_name(name)
 
+    def has(self, name: str) -> bool:
+        """Whether the run wrote artifact `name` (a table, tensor file or JSON, by name without extension)."""
+        return any(f.split(".")[0] == name for f in self.manifest.get("files", {}))
+
     def table(self, name: str):
         import pandas as pd
 

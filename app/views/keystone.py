@@ -18,10 +18,6 @@ METHOD = "https://arxiv.org/abs/2605.24846"
 K = "keystone."
 
 
-def _has(run: Run, name: str) -> bool:
-    return any(f.split(".")[0] == name for f in run.manifest.get("files", {}))
-
-
 def _ratio(m: dict, key: str) -> str:
     base, v = m.get("ppl_base"), m.get(key)
     if base is None or v is None:
@@ -86,7 +82,7 @@ def header(m: dict, t: dict) -> None:
 
 
 def neurons_panel(run: Run) -> None:
-    if not _has(run, "keystone") or not _has(run, "cells"):
+    if not run.has("keystone") or not run.has("cells"):
         st.info("This run has no keystone table.")
         return
     ks, cells = run.table("keystone"), run.table("cells")
@@ -95,7 +91,7 @@ def neurons_panel(run: Run) -> None:
     p = st.select_slider("p", options=ps, value=main_p if main_p in ps else ps[0], key=K + "p") if len(ps) > 1 \
         else ps[0]
     indices = F.cell_indices(ks) if p == main_p else None
-    if indices is None and _has(run, "mean_abs_act"):
+    if indices is None and run.has("mean_abs_act"):
         sets = F.keystone_at(F.prompt_means(run.tensor_file("mean_abs_act")), p,
                              F.kv_repeat(run.manifest.get("model", {}), run.config))
         indices = {(t, int(layer)): [int(i) for i in m[layer].nonzero()[0]] for t, m in sets.items()
@@ -153,7 +149,7 @@ def neuron_panel(run: Run, row: pd.Series, p: float) -> None:
     cols[2].metric("groups containing it", fv(row.get("n_groups_containing")))
     left, right = st.columns(2)
     left.plotly_chart(F.neuron_bars(row), key=K + "bars")
-    if _has(run, "mean_abs_act"):
+    if run.has("mean_abs_act"):
         means = F.prompt_means(run.tensor_file("mean_abs_act"))
         right.plotly_chart(F.cell_histogram(means, row["type"], int(row["layer"]), int(row["index"]), p),
                            key=K + "hist")
@@ -163,22 +159,22 @@ def neuron_panel(run: Run, row: pd.Series, p: float) -> None:
 
 
 def ablation_panel(run: Run) -> None:
-    if not _has(run, "ablation"):
+    if not run.has("ablation"):
         st.info("This run skipped the ablation conditions (ablation=false).")
         return
     ab = run.table("ablation")
     st.plotly_chart(F.ablation_ppl(ab), key=K + "ppl")
     left, right = st.columns(2)
     left.plotly_chart(F.task_accuracy(ab), key=K + "tasks")
-    if _has(run, "p_sweep"):
+    if run.has("p_sweep"):
         right.plotly_chart(F.p_sweep(run.table("p_sweep"), run.metrics.get("ppl_base")), key=K + "sweep")
     st.dataframe(ab, hide_index=True, key=K + "ablation_table")
-    if _has(run, "token_strip"):
+    if run.has("token_strip"):
         st.plotly_chart(F.token_strip(run.table("token_strip")), key=K + "strip")
 
 
 def mechanism_panel(run: Run) -> None:
-    if not _has(run, "ablation") or not _has(run, "sink"):
+    if not run.has("ablation") or not run.has("sink"):
         st.info("This run skipped the ablation conditions.")
         return
     m, fv = run.metrics, common.fmt_value
@@ -195,14 +191,14 @@ def mechanism_panel(run: Run) -> None:
                       key=K + "pos0")
     right.plotly_chart(F.by_layer(sink, "sink_mass", ("base", "keystone"), "Attention on position 0 by layer"),
                        key=K + "sink")
-    if _has(run, "massive_writers"):
+    if run.has("massive_writers"):
         mw = run.table("massive_writers").sort_values("cut_frac", ascending=False)
         st.caption("Single-unit position-0 test, every keystone unit (largest cut first)")
         st.dataframe(mw, hide_index=True, key=K + "writers")
 
 
 def stability_panel(run: Run) -> None:
-    if not _has(run, "stability") or not len(stab := run.table("stability")):
+    if not run.has("stability") or not len(stab := run.table("stability")):
         st.info("Stability needs at least two prompt groups.")
         return
     st.plotly_chart(F.stability_matrix(stab), key=K + "stab")
@@ -222,12 +218,12 @@ def tf_panel(run: Run) -> None:
                f"CPU time (robust to other jobs on the machine): {common.fmt_value(t.get('tf_per_step_cpu_s'))} s vs "
                f"{common.fmt_value(t.get('tf_one_pass_cpu_s'))} s, "
                f"{common.fmt_value(t.get('teacher_forced_speedup_cpu'))}×.")
-    if _has(run, "tf_check"):
+    if run.has("tf_check"):
         st.plotly_chart(F.tf_error(run.table("tf_check")), key=K + "tf")
 
 
 def sft_panel(run: Run) -> None:
-    if not _has(run, "sft"):
+    if not run.has("sft"):
         st.info("This run did not fine-tune (sft.enable=false); the SFT comparison is a separate run.")
         return
     sft = run.table("sft")
@@ -236,7 +232,7 @@ def sft_panel(run: Run) -> None:
         st.warning("Paper mode: gate_proj, norms, embeddings and lm_head stay trainable and weight decay is not "
                    "masked, as in the released code.")
     left, right = st.columns(2)
-    if _has(run, "sft_curves"):
+    if run.has("sft_curves"):
         left.plotly_chart(F.sft_curves(run.table("sft_curves")), key=K + "curves")
     right.plotly_chart(F.gain_vs_forgetting(sft), key=K + "gain")
     if "lr" in sft and sft["lr"].nunique() > 1:
@@ -244,14 +240,14 @@ def sft_panel(run: Run) -> None:
         st.caption("The sparse masks at every sft.lr_sweep value against full fine-tuning at sft.lr, all on the same "
                    "steps and data order, with the released trainer's settings (linear schedule, clip 1.0, no decay "
                    "on biases and norms).")
-    if _has(run, "sft_evals"):
+    if run.has("sft_evals"):
         evals = run.table("sft_evals")
         if evals["step"].nunique() > 2:
             st.plotly_chart(F.sft_progress(evals), key=K + "progress")
 
 
 def prompts_panel(run: Run) -> None:
-    if not _has(run, "generations"):
+    if not run.has("generations"):
         return
     gens = run.table("generations")
     for r in gens.itertuples():

@@ -29,10 +29,6 @@ BANNER = (
 K = "lockin."
 
 
-def _has(run: Run, name: str) -> bool:
-    return any(n.startswith(name + ".") for n in run.manifest.get("files", {}))
-
-
 def render(run: Run) -> None:
     common.intro(QUESTION, METHOD, run)
     st.warning(BANNER)
@@ -89,12 +85,12 @@ def render(run: Run) -> None:
 
 
 def collapse_panel(run: Run, runs) -> None:
-    curve = run.table("curve_fit") if _has(run, "curve_fit") else None
+    curve = run.table("curve_fit") if run.has("curve_fit") else None
     sigma = float(curve["sigma_res"].iloc[0]) if curve is not None and len(curve) else None
     shape, speed = st.tabs(["b against u", "u(t) and b(t)"])
     with shape:
         st.plotly_chart(F.collapse(runs, curve, sigma), key=K + "collapse")
-        if _has(run, "below_curve") and len(run.table("below_curve")):
+        if run.has("below_curve") and len(run.table("below_curve")):
             st.caption("Projection run against the shared curve at fixed u levels:")
             st.dataframe(run.table("below_curve"), hide_index=True)
     with speed:
@@ -122,7 +118,7 @@ def harm_panel(run: Run, runs) -> None:
     m = run.metrics
     st.plotly_chart(F.early_harm(run.table("rates"), m.get("harm_signal_spearman"),
                                  m.get("harm_signal_random_spearman")), key=K + "early")
-    if _has(run, "harm_curve") and len(run.table("harm_curve")):
+    if run.has("harm_curve") and len(run.table("harm_curve")):
         steps = run.config.get("steps")
         frac = run.config.get("early_frac")
         harm_step = math.ceil(frac * steps) if steps and frac else None
@@ -160,7 +156,7 @@ def spectrum_panel(run: Run) -> None:
 
 
 def ground_truth_panel(run: Run) -> None:
-    if not _has(run, "synthetic"):
+    if not run.has("synthetic"):
         st.info("This run skipped the quadratic ground truth (synthetic = false).")
         return
     m = run.metrics

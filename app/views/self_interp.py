@@ -20,15 +20,11 @@ METHOD = "https://arxiv.org/abs/2602.10352"
 K = "self_interp."
 
 
-def _has(run: Run, name: str) -> bool:
-    return any(f.split(".")[0] == name for f in run.manifest.get("files", {}))
-
-
 def render(run: Run) -> None:
     common.intro(QUESTION, METHOD, run)
     m = run.metrics
     header(m)
-    recall = run.table("recall") if _has(run, "recall") else pd.DataFrame()
+    recall = run.table("recall") if run.has("recall") else pd.DataFrame()
     tabs = st.tabs(["Leaderboard", "Recall by layer", "Held-out labels", "Scale sweep", "Training curves",
                     "Adapter inspection", "Interpret your own", "SAE features"])
     with tabs[0]:
@@ -38,12 +34,12 @@ def render(run: Run) -> None:
     with tabs[2]:
         table_panel(run)
     with tabs[3]:
-        if _has(run, "scale_sweep"):
+        if run.has("scale_sweep"):
             st.plotly_chart(F.scale_sweep(run.table("scale_sweep")), key=K + "sweep")
             if m.get("identity_scale_at_edge"):
                 st.warning("The best identity scale lies at the edge of the grid: widen `identity_scales`.")
     with tabs[4]:
-        if _has(run, "train_curves"):
+        if run.has("train_curves"):
             st.plotly_chart(F.training_curves(run.table("train_curves")), key=K + "curves")
     with tabs[5]:
         inspection_panel(run)
@@ -110,7 +106,7 @@ def layer_panel(run: Run, recall: pd.DataFrame) -> None:
 
 
 def table_panel(run: Run) -> None:
-    if not (_has(run, "generations") and _has(run, "topics")):
+    if not (run.has("generations") and run.has("topics")):
         st.info("No generations in this run.")
         return
     gens, topics = run.table("generations"), run.table("topics")
@@ -128,7 +124,7 @@ def inspection_panel(run: Run) -> None:
     cols[0].metric("learned scale (scalar_affine)", fv(m.get("learned_scale_scalar_affine")))
     cols[1].metric("bias norm (scalar_affine)", fv(m.get("bias_norm_scalar_affine")))
     cols[2].metric("median token-embedding norm", fv(m.get("median_embedding_norm")))
-    if _has(run, "bias_probe"):
+    if run.has("bias_probe"):
         probe = run.table("bias_probe")
         left, right = st.columns(2)
         with left:
@@ -137,7 +133,7 @@ def inspection_panel(run: Run) -> None:
         with right:
             st.markdown("**Tokens nearest the bias** in embedding space")
             st.plotly_chart(F.bias_tokens(probe, "nearest_embedding"), key=K + "bias_near")
-    if _has(run, "adapter_full_rank"):
+    if run.has("adapter_full_rank"):
         a = run.tensor_file("adapter_full_rank")["A"]
         st.markdown("**Full-rank adapter: singular values of A**")
         st.plotly_chart(F.singular_values(a, m.get("identity_best_scale")), key=K + "svd")
@@ -159,7 +155,7 @@ def interpret_panel(run: Run) -> None:
         return
     st.markdown("Type a topic (read as *Tell me about …*) or any prompt; its vector at the run's layer, minus the "
                 "topic mean, is described by the chosen adapter. SAE features can be chosen when the SAE branch ran.")
-    sources = ["topic", "prompt"] + (["SAE feature"] if _has(run, "sae_vectors") else [])
+    sources = ["topic", "prompt"] + (["SAE feature"] if run.has("sae_vectors") else [])
     source = st.radio("Describe a", sources, horizontal=True, key=K + "source")
     default = "scalar_affine" if "scalar_affine" in names else names[0]
     chosen = st.multiselect("Adapters", names, default=[default], key=K + "adapters")
@@ -189,7 +185,7 @@ def _describe(run: Run, source: str, text, chosen: list[str]) -> None:
 
 
 def sae_panel(run: Run) -> None:
-    if not _has(run, "sae_branch"):
+    if not run.has("sae_branch"):
         st.info("The SAE branch did not run (switch it on with `sae_labels_file=...` or `sae_branch=token_labels`).")
         return
     sae = run.table("sae_branch")

@@ -10,10 +10,7 @@ edit and its invariants), scoring.py (prefill with SLASH, continuation without).
 
 from __future__ import annotations
 
-import contextlib
 import json
-import time
-from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd
@@ -39,32 +36,32 @@ N_VERIFY = 4
 
 
 def run(cfg: GraphSawtoothConfig, ctx: RunContext) -> None:
-    model, times = ctx.model, {}
+    model = ctx.model
     samples = build_samples(cfg, ctx.rng)  # 1. data: graphs, prompts, spans
     items = [tokenise(model, s, cfg.prompt_format) for s in samples]
     split = {name: [t for t in items if t.sample.split == name] for name in ("select", "cal", "test")}
     cands = {t.sample.sample_id: candidate_tokens(model, t.sample.candidates) for t in items}
 
-    with timed(times, "structure"):  # 2. sawtooth against its nulls, sink, entropy
+    with ctx.timed("structure"):  # 2. sawtooth against its nulls, sink, entropy
         struct = measure_structure(model, split["select"], cfg, ctx)
     layers = summarize_layers(struct)
     sel = select_layers(layers["scores"], layers["entropy"], cfg.entropy_rule)  # 3. S = S_score ∩ S_ent
     S = sel["S"]
 
-    with timed(times, "verify"):  # 4. exact invariants, gamma = 1, pattern reaches z
+    with ctx.timed("verify"):  # 4. exact invariants, gamma = 1, pattern reaches z
         checks = verify_slash(model, split["select"][:N_VERIFY], S, cfg)
-    with timed(times, "calibration"):  # 5. gamma sweep on the calibration split
+    with ctx.timed("calibration"):  # 5. gamma sweep on the calibration split
         sweep = gamma_sweep(model, split["cal"], cands, S, cfg, ctx)
     gamma_best = pick_gamma(sweep["table"])
-    with timed(times, "test"):  # 6. test: base, SLASH on S, SLASH on random layers
+    with ctx.timed("test"):  # 6. test: base, SLASH on S, SLASH on random layers
         evals = evaluate(model, split["test"], cands, S, gamma_best, cfg, ctx)
     curve = None
     if cfg.gamma_curve:  # 6b. the graded study: test accuracy and answer margin at every gamma of the grid
-        with timed(times, "gamma_curve"):
+        with ctx.timed("gamma_curve"):
             curve = gamma_curve(model, split["test"], cands, S, evals, cfg, ctx)
         ctx.save_table("gamma_curve", curve)
     gamma_ctl = gamma_best if gamma_best < 1 else PAPER_GAMMA
-    with timed(times, "controls"):  # 7. non-graph perplexity, downstream structure
+    with ctx.timed("controls"):  # 7. non-graph perplexity, downstream structure
         controls = run_controls(model, split["select"], layers, S, gamma_ctl, cfg, ctx)
 
     invariants = invariant_table([checks["slash"], *sweep["slashes"], *evals["slashes"], *controls["slashes"]])
@@ -72,16 +69,6 @@ def run(cfg: GraphSawtoothConfig, ctx: RunContext) -> None:
     save(ctx, cfg, samples, items, struct, layers, sel, sweep, evals, controls, invariants)
     ctx.log_metrics(**metrics(cfg, layers, sel, checks, invariants, sweep, gamma_best, evals, controls, gamma_ctl),
                     **(curve_metrics(curve) if curve is not None else {}))
-    ctx.log_timings(**{f"seconds_{k}": round(v, 2) for k, v in times.items()})
-
-
-@contextlib.contextmanager
-def timed(times: dict[str, float], name: str) -> Iterator[None]:
-    t0 = time.perf_counter()
-    try:
-        yield
-    finally:
-        times[name] = time.perf_counter() - t0
 
 
 # ============================================================================= 1. data

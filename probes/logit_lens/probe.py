@@ -8,7 +8,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp.capture import run_with_cache
+from interp import run_with_cache
 from interp.context import RunContext
 from interp.errors import ConfigError
 from interp.sites import Site

@@ -26,7 +26,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp.capture import run_with_cache
+from interp import run_with_cache
 from interp.context import RunContext
 from interp.errors import ConfigError, NumericError
 from interp.gradients import capture_grads

@@ -167,13 +167,13 @@ def run_cells(
             for site, idx in by_site.items():
                 hooks.append((site, _writer([cells[i] for i in idx], torch.tensor([row_of[i] for i in idx]), clean)))
         pair_of_row = torch.tensor(list(range(g)) + [cells[i].pair for i in sorted(row_of, key=row_of.get)])
-        if grow:
-            ids = corrupt_ids[:1]  # one row in; the pairs join after the embedding
-            hooks.append((Site("final"), lambda x: x[:, -1:]))  # (rows, 1, d_model): unembed the last position only
-        else:
-            ids = corrupt_ids[pair_of_row.to(corrupt_ids.device)]  # every row from the input
         with torch.no_grad(), model.hooks(hooks):
-            logits = model.forward(ids, None)[:, -1:]  # (g + rows, 1, d_vocab)
+            if grow:  # one row in; the pairs join after the embedding; only the last position is unembedded
+                last = model.forward_until(corrupt_ids[:1], Site("resid_post", model.info.n_layers - 1), None)
+                logits = model.unembed(last, last_only=True)  # (g + rows, 1, d_vocab)
+            else:
+                ids = corrupt_ids[pair_of_row.to(corrupt_ids.device)]  # every row from the input
+                logits = model.forward(ids, None)[:, -1:]  # (g + rows, 1, d_vocab)
         rows = torch.tensor([row_of[i] for i in chunk])
         pairs = pair_of_row[rows]
         vals = metric_values(logits[rows.to(logits.device), 0], answer[pairs].to(logits.device),

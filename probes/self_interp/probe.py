@@ -16,8 +16,8 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from interp import weights_digest
 from interp.context import RunContext
-from interp.intervene import weights_digest
 from interp.precision import autocast, autocast_dtype, dtype_name
 
 from . import SelfInterpConfig, sweep_layers

@@ -14,7 +14,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp.capture import run_with_cache
+from interp import run_with_cache
 from interp.sites import Site
 
 from .inject import topic_prompt

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from interp.capture import AbsMean, Mean, capture, run_with_cache
+from interp import AbsMean, Mean, ablate, add, capture, patch, run_with_cache, scale
 from interp.errors import ConfigError, InterpError
-from interp.intervene import ablate, add, patch, scale
 from interp.nnsight_backend import _ORDER
 from interp.sites import Site
 

@@ -21,7 +21,7 @@ if point == "load":
 
     emb.ensure_cached = stall  # reached inside load_model, after the run directory exists
 elif point == "loop":
-    import interp.capture as cap
+    import interp._capture as cap
 
     real = cap.run_with_cache
 

@@ -2,7 +2,7 @@
 
 import torch
 
-from interp.capture import AbsMean, Max, Mean, TopK, Welford, batched, capture, run_with_cache, token_mask
+from interp import AbsMean, Max, Mean, TopK, Welford, batched, capture, run_with_cache, token_mask
 from interp.sites import Site
 
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "Hello", "A much longer sentence about nothing at all, "
@@ -51,3 +51,16 @@ def test_topk_locations_point_at_the_values(tiny_model):
     unit = 7
     seq, pos = stats["topk_where"][0, unit].tolist()
     assert torch.isclose(cache[site][seq, pos, unit], stats["topk_values"][0, unit])
+
+
+def test_package_functions_survive_their_modules_being_imported():
+    """`interp.capture(...)` after anything imported the implementation module (a public submodule of the same
+    name used to replace the function as the package attribute: "'module' object is not callable")."""
+    import importlib
+
+    import interp
+
+    importlib.import_module("interp._capture")
+    importlib.import_module("interp._intervene")
+    assert callable(interp.capture) and callable(interp.intervene) and callable(interp.ablate)
+    assert interp.capture.__module__ == "interp._capture"

@@ -257,7 +257,7 @@ def test_paired_bootstrap_and_spearman():
 def test_measure_reduces_patterns_exactly(tiny_model, tok):
     import torch
 
-    from interp.capture import run_with_cache
+    from interp import run_with_cache
     from interp.sites import Site
 
     eps = [envs.attention_transcript("doorexplore", n, n, rng(n)) for n in (1, 2, 3)]

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
+from interp import add
 from interp.errors import InterpError
 from interp.gradients import capture_grads
-from interp.intervene import add
 from interp.sites import Site
 
 SITES = [Site("resid_pre", 1), Site("attn_z", 0), Site("mlp_out", 0), Site("attn_pattern", 1), Site("resid_post", 1)]

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from interp.intervene import WeightEdit, ablate, add, edit_weights, patch, scale, weights_digest
+from interp import WeightEdit, ablate, add, edit_weights, patch, scale, weights_digest
 from interp.sites import Site
 
 
@@ -33,7 +33,7 @@ def test_activation_edits(tiny_model, enc):
 
 
 def test_patch_restores_clean_run(tiny_model, enc):
-    from interp.capture import run_with_cache
+    from interp import run_with_cache
 
     site = Site("resid_post", 0)
     base, cache = run_with_cache(tiny_model, enc["input_ids"], enc["attention_mask"], [site])

@@ -140,7 +140,7 @@ def test_weight_decay_skips_biases_and_norms(tiny_model):
 
 
 def test_lr_sweep_trains_the_sparse_masks_at_every_lr_and_scores_the_same_steps(tiny_model):
-    from interp.intervene import weights_digest
+    from interp import weights_digest
     from probes.keystone import SFTConfig
     from probes.keystone.data import sft_data
     from probes.keystone.neurons import SliceMap, widths

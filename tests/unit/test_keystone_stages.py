@@ -221,7 +221,7 @@ def test_teacher_forced_recording_equals_the_per_step_loop(tiny_model):
 def test_ablation_edits_zero_exactly_the_slices_and_restore(tiny_model):
     import torch
 
-    from interp.intervene import edit_weights, weights_digest
+    from interp import edit_weights, weights_digest
     from probes.keystone.ablate import swap_edits, zero_edits
     from probes.keystone.neurons import SliceMap, widths
 
@@ -258,7 +258,7 @@ def test_weight_zeroing_equals_the_activation_hook_path(tiny_model):
     """Zeroing a weight slice == zeroing the activation index (pre-RoPE for q and k)."""
     import torch
 
-    from interp.intervene import ablate, edit_weights
+    from interp import ablate, edit_weights
     from interp.sites import Site
     from probes.keystone.ablate import zero_edits
     from probes.keystone.neurons import SPECS, SliceMap, widths
@@ -280,7 +280,7 @@ def test_weight_zeroing_equals_the_activation_hook_path(tiny_model):
 def test_masked_sft_trains_only_the_slices_in_strict_mode(tiny_model, mode):
     import torch
 
-    from interp.intervene import weights_digest
+    from interp import weights_digest
     from probes.keystone import SFTConfig
     from probes.keystone.neurons import SliceMap, widths
     from probes.keystone.sft import encode, plan, restore, train
@@ -317,7 +317,7 @@ def test_batched_single_unit_test_equals_weight_edits_one_by_one(tiny_model):
     """The massive-writer test zeroes each unit on its own copy of the batch; same norms as weight edits."""
     import torch
 
-    from interp.intervene import edit_weights
+    from interp import edit_weights
     from probes.keystone.ablate import forward_stats, massive_writers, zero_edits
     from probes.keystone.neurons import SliceMap, widths
 

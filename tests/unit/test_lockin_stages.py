@@ -276,7 +276,7 @@ def test_curvature_operators_are_symmetric_psd_and_match_explicit_forms(tiny_pro
 
 
 def test_runs_never_write_the_shared_model_and_lora_starts_at_theta0(tiny_model, tiny_problem):
-    from interp.intervene import weights_digest
+    from interp import weights_digest
     from probes.lockin.problem import stiff_directions
     from probes.lockin.train import AdamStepper, train
 

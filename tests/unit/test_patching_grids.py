@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
+from interp import patch
 from interp.errors import ConfigError
-from interp.intervene import patch
 from interp.sites import Site
 from probes.patching import PatchingConfig
 from probes.patching.pairs import TASKS, load_pairs

@@ -253,7 +253,7 @@ def test_site_from_tl_name_roundtrips():
 
 
 def test_collect_activations_excludes_position0_and_padding(tiny_model):
-    from interp.capture import run_with_cache
+    from interp import run_with_cache
 
     ids = torch.randint(10, 1000, (3, 12))
     am = torch.ones_like(ids)

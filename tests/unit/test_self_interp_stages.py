@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from interp import weights_digest
 from interp.errors import ConfigError
-from interp.intervene import weights_digest
 from probes.self_interp import SelfInterpConfig, sweep_layers
 from probes.self_interp.adapters import Adapter, n_params
 from probes.self_interp.evaluate import (
@@ -366,7 +366,7 @@ def test_bias_share():
 
 
 def test_prompt_vectors_read_resid_post_at_the_last_real_token(tiny_model):
-    from interp.capture import run_with_cache
+    from interp import run_with_cache
     from interp.sites import Site
     from probes.self_interp.vectors import prompt_vectors
 
