@@ -67,3 +67,27 @@ def micro_runs(tmp_path_factory, model):
 
     get.root = root
     return get
+
+
+@pytest.fixture(scope="session")
+def quick_runs(tmp_path_factory, model):
+    """probe name -> its `quick` run on the embedded model (a loaded Run), made once per session on first use,
+    with the overrides of tests/golden/quick.py: the probe tests read it and the golden test holds its metrics."""
+    import sys
+
+    from interp.runner import execute, prepare
+    from interp.store import load_run
+
+    sys.path.insert(0, str(ROOT / "tests" / "golden"))
+    from quick import overrides
+
+    root = tmp_path_factory.mktemp("quick-runs")
+    made: dict = {}
+
+    def get(probe: str):
+        if probe not in made:
+            spec, cfg = prepare(probe, overrides(probe, "smollm2-135m"))
+            made[probe] = load_run(execute(spec, cfg, out=root, model=model, progress=False))
+        return made[probe]
+
+    return get

@@ -4,16 +4,12 @@ neurons reconstruct exactly but are never unique, and the saved TSAE reloads thr
 
 import pytest
 
-from interp.runner import execute, prepare
-from interp.store import load_run
-
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def quick(model, tmp_path_factory):
-    spec, cfg = prepare("atoms", {"size": "quick"})
-    return load_run(execute(spec, cfg, out=tmp_path_factory.mktemp("atoms"), model=model, progress=False))
+def quick(quick_runs):
+    return quick_runs("atoms")
 
 
 def test_tsae_recovers_known_atoms_against_neurons(quick):

@@ -8,16 +8,12 @@ import json
 import numpy as np
 import pytest
 
-from interp.runner import execute, prepare
-from interp.store import load_run
-
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def quick(model, tmp_path_factory):
-    spec, cfg = prepare("conversational_inertia", {"size": "quick"})
-    return load_run(execute(spec, cfg, out=tmp_path_factory.mktemp("ci"), model=model, progress=False))
+def quick(quick_runs):
+    return quick_runs("conversational_inertia")
 
 
 def test_diagonal_attention_beats_the_null_and_the_control(quick):

@@ -7,16 +7,12 @@ import json
 
 import pytest
 
-from interp.runner import execute, prepare
-from interp.store import load_run
-
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def quick(model, tmp_path_factory):
-    spec, cfg = prepare("graph_sawtooth", {"size": "quick", "gamma_curve": True})
-    return load_run(execute(spec, cfg, out=tmp_path_factory.mktemp("graph_sawtooth"), model=model, progress=False))
+def quick(quick_runs):
+    return quick_runs("graph_sawtooth")
 
 
 def test_sawtooth_beats_the_segment_shuffled_null(quick):

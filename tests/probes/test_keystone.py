@@ -3,16 +3,12 @@ matched random set, recording by one teacher-forced pass equals the per-step loo
 
 import pytest
 
-from interp.runner import execute, prepare
-from interp.store import load_run
-
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def quick(model, tmp_path_factory):
-    spec, cfg = prepare("keystone", {"size": "quick"})
-    return load_run(execute(spec, cfg, out=tmp_path_factory.mktemp("keystone"), model=model, progress=False))
+def quick(quick_runs):
+    return quick_runs("keystone")
 
 
 def test_keystone_ablation_collapses_the_model_against_random(quick):

@@ -3,16 +3,12 @@ updates concentrate in the broad loss's stiff directions far beyond a random k-f
 
 import pytest
 
-from interp.runner import execute, prepare
-from interp.store import load_run
-
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def quick(model, tmp_path_factory):
-    spec, cfg = prepare("lockin", {"size": "quick"})
-    return load_run(execute(spec, cfg, out=tmp_path_factory.mktemp("lockin"), model=model, progress=False))
+def quick(quick_runs):
+    return quick_runs("lockin")
 
 
 def test_synthetic_ground_truth_passes(quick):

@@ -6,18 +6,14 @@ import pandas as pd
 import pytest
 import torch
 
-from interp.runner import execute, prepare
-from interp.store import load_run
-
 pytestmark = pytest.mark.slow
 
 TL_LAYERS = [0, 14, 29]  # the reference runs one forward per cell: a few layers keep it to ~45 forwards
 
 
 @pytest.fixture(scope="module")
-def quick(model, tmp_path_factory):
-    spec, cfg = prepare("patching", {"size": "quick"})
-    return load_run(execute(spec, cfg, out=tmp_path_factory.mktemp("patching"), model=model, progress=False))
+def quick(quick_runs):
+    return quick_runs("patching")
 
 
 def test_identities_and_effects(quick):

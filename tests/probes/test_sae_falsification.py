@@ -18,10 +18,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def quick(model, tmp_path_factory):
-    spec, cfg = prepare("sae_falsification", {"size": "quick"})
-    return load_run(execute(spec, cfg, out=tmp_path_factory.mktemp("sae_falsification"), model=model,
-                            progress=False))
+def quick(quick_runs):
+    return quick_runs("sae_falsification")
 
 
 def test_top_tokens_switch_features_on_more_than_matched_random_tokens(quick):

@@ -4,16 +4,12 @@ describes a new vector through the public `describe` call."""
 
 import pytest
 
-from interp.runner import execute, prepare
-from interp.store import load_run
-
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def quick(model, tmp_path_factory):
-    spec, cfg = prepare("self_interp", {"size": "quick"})
-    return load_run(execute(spec, cfg, out=tmp_path_factory.mktemp("self_interp"), model=model, progress=False))
+def quick(quick_runs):
+    return quick_runs("self_interp")
 
 
 def test_adapter_reads_out_held_out_topics_above_chance(quick):

@@ -86,7 +86,7 @@ def test_read_only_output_root_is_a_clear_error(tmp_path):
 
 
 def test_nan_in_activations_fails_the_run(tmp_path, model):
-    from interp.intervene import WeightEdit, edit_weights
+    from interp import WeightEdit, edit_weights
     from interp.runner import execute, prepare
 
     spec, cfg = prepare("logit_lens", {})

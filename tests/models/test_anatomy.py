@@ -1,0 +1,86 @@
+"""interp.anatomy on every family: the bridge's logits equal Hugging Face's, each projection's neuron view
+reproduces the hooked activation exactly, and the family tables (interp.families) say what the hooks do."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from interp import families
+from interp.sites import Site
+from interp.testing import FAMILIES
+
+pytestmark = pytest.mark.slow
+TEXT = ["The cat sat on the mat and looked around the quiet room."]
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_bridge_logits_equal_hf_and_views_reproduce_hooks(family, family_models):
+    m = family_models(family)
+    a = m.anatomy
+    ids = m.tokenize(TEXT)["input_ids"]
+    with torch.no_grad():
+        err = float((m(ids) - m.hf(ids).logits).abs().max())
+    assert err <= 1e-4, f"{family}: bridge vs HF logits differ by {err:.2e} (eager)"
+
+    # every q/k/v/up(/gate) neuron of layer 1 is x . W[rows(i)] + b of the projection's input x
+    roles = {"q": "attn_q", "k": "attn_k", "v": "attn_v", "up": "mlp_up" if a.gated else "mlp_gate"}
+    if a.gated:
+        roles["gate"] = "mlp_gate"
+    inputs = {"attn": Site("attn_in", 1), "mlp": Site("mlp_in", 1)}
+    acts: dict[str, torch.Tensor] = {}
+    sites = list(inputs.values()) + [Site(k, 1) for k in roles.values()]
+
+    def keep(kind: str):
+        return lambda x: acts.__setitem__(kind, x.clone())
+
+    with torch.no_grad(), m.hooks([(s, keep(s.kind)) for s in sites]):
+        m(ids)
+    params = dict(m.hf.named_parameters())
+    for role, kind in roles.items():
+        p = a.proj(1, role)
+        w = p.take(params[p.weight])
+        w = w if p.axis == 0 else w.T  # (n, d_in)
+        x = acts["attn_in" if role in "qkv" else "mlp_in"]
+        if a.qk_norm and role in "qk" or a.family == "olmo2" and role in "qkv":
+            continue  # q/k norms act on the projection's output (OLMo 2's attn_in is not its input): see below
+        y = x @ w.T + (params[p.bias][p.index] if p.bias else 0)
+        got = acts[kind].reshape(*y.shape[:2], -1)
+        assert float((y - got).abs().max()) <= 1e-4, f"{family} {role}: the neuron view does not reproduce {kind}"
+    # o and down: their neurons are the projection's inputs, n of them
+    assert a.proj(1, "o").n == m.info.n_heads * m.info.d_head
+    assert a.proj(1, "down").n == m.info.d_mlp == a.proj(1, "up").n
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_family_tables_match_the_hooks_that_fire(family, family_models):
+    m = family_models(family)
+    fired: set[str] = set()
+    pairs = []
+    for kind in ("attn_rot_q", "attn_rot_k", "mlp_up"):
+        name = Site(kind, 0).tl_name
+        if name in m.bridge.hook_dict:
+            pairs.append((name, kind))
+    ids = m.tokenize(TEXT)["input_ids"]
+    points = m.bridge.hook_dict
+    for name, kind in pairs:
+        points[name].add_hook((lambda k: lambda x, hook: fired.add(k))(kind), dir="fwd", level=7)
+    try:
+        with torch.no_grad():
+            m(ids)
+    finally:
+        for name, _ in pairs:
+            points[name].remove_hooks(dir="fwd", level=7)
+    rotary_fires = {"attn_rot_q", "attn_rot_k"} <= fired
+    assert rotary_fires == (family not in families.NO_ROTARY | families.BRIDGE_HIDES_ROTARY), (family, fired)
+    assert ("mlp_up" in fired) == (family not in families.NOT_GATED) == m.anatomy.gated, (family, fired)
+    assert m.anatomy.rotary == (family not in families.NO_ROTARY)
+    # a rotary site asked of a family without one is served by the fallback, and the manifest says so
+    if family in families.NO_ROTARY | families.BRIDGE_HIDES_ROTARY:
+        assert set(m.info.site_fallbacks) == {"attn_rot_q", "attn_rot_k"}
+        got = []
+        with torch.no_grad(), m.hooks([(Site("attn_rot_k", 0), got.append)]):
+            m(ids)
+        assert got and got[0].shape[-2:] == (m.info.n_kv_heads, m.info.d_head)
+    else:
+        assert m.info.site_fallbacks is None
