@@ -12,23 +12,34 @@ from pathlib import Path
 def tiny_model_dir(out: str | Path) -> Path:
     """Save a 2-layer random Llama (d_model 64, d_mlp 128, 4 heads, 2 KV heads, context 256) with
     SmolLM2's tokenizer under `out` (created), seeded so every call writes the same weights."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig
 
-    from .embedded import ensure_cached
-
-    src = ensure_cached("smollm2-135m")
-    tok = AutoTokenizer.from_pretrained(src)
+    tok = _tokenizer()
     cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                       tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    return _save_seeded(cfg, tok, Path(out), seed=0)
+
+
+def _tokenizer():
+    from transformers import AutoTokenizer
+
+    from .embedded import ensure_cached
+
+    return AutoTokenizer.from_pretrained(ensure_cached("smollm2-135m"))
+
+
+def _save_seeded(cfg, tok, out: Path, seed: int) -> Path:
+    """A random model of `cfg`, built under torch seed `seed` (the global RNG restored after), saved with `tok`."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
     state = torch.random.get_rng_state()
     try:
-        torch.manual_seed(0)
-        hf = LlamaForCausalLM(cfg)
+        torch.manual_seed(seed)
+        hf = AutoModelForCausalLM.from_config(cfg)
     finally:
         torch.random.set_rng_state(state)
-    out = Path(out)
     hf.save_pretrained(out)
     tok.save_pretrained(out)
     return out
@@ -60,23 +71,11 @@ FAMILIES: dict[str, dict] = {
 def tiny_family_dir(family: str, out: str | Path, seed: int = 0) -> Path:
     """Save a tiny random model of HF `model_type` `family` (see FAMILIES) with SmolLM2's tokenizer under `out`,
     built in-process from its config (`AutoConfig.for_model`), no download; seeded."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    from .embedded import ensure_cached
+    from transformers import AutoConfig
 
     if family not in FAMILIES:
         raise ValueError(f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
-    tok = AutoTokenizer.from_pretrained(ensure_cached("smollm2-135m"))
+    tok = _tokenizer()
     ids = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     cfg = AutoConfig.for_model(family, vocab_size=len(tok), tie_word_embeddings=True, **ids, **FAMILIES[family])
-    state = torch.random.get_rng_state()
-    try:
-        torch.manual_seed(seed)
-        hf = AutoModelForCausalLM.from_config(cfg)
-    finally:
-        torch.random.set_rng_state(state)
-    out = Path(out)
-    hf.save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
+    return _save_seeded(cfg, tok, Path(out), seed)
