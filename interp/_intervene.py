@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -132,6 +132,9 @@ class WeightEdit:
     dim: int
     index: Sequence[int]
     factor: float = 0.0
+    value: Tensor | None = field(default=None, compare=False)
+    """Replacement slices (the shape of the slice) written instead of scaling, e.g. other units' weights in a swap
+    control; per edit, so several edits of one fused parameter (Phi-3's qkv_proj) each carry their own."""
 
 
 def get_param(model, name: str) -> torch.nn.Parameter:
@@ -155,7 +158,9 @@ def edit_weights(model, edits: Sequence[WeightEdit], values: dict[str, Tensor] |
                 p = get_param(model, e.param)
                 idx = torch.as_tensor(list(e.index), dtype=torch.long, device=p.device)
                 saved.append((p, e.dim, idx, p.index_select(e.dim, idx).clone()))
-                if values is not None and e.param in values:
+                if e.value is not None:
+                    p.index_copy_(e.dim, idx, e.value.to(p))
+                elif values is not None and e.param in values:
                     p.index_copy_(e.dim, idx, values[e.param].to(p))
                 else:
                     p.index_copy_(e.dim, idx, p.index_select(e.dim, idx) * e.factor)

@@ -62,24 +62,21 @@ def zero_edits(smap: SliceMap, mask: Mask, d_head: int, rope_pair: bool = False)
     return edits
 
 
-def swap_edits(smap: SliceMap, pairs: Mapping[tuple[str, int], tuple[np.ndarray, np.ndarray]]
-               ) -> tuple[list[WeightEdit], dict[str, Tensor]]:
-    """Copy neuron j's slice into keystone slot i (exactly the slice ablation zeroes, plus the bias entry)."""
-    edits, values = [], {}
+def swap_edits(smap: SliceMap, pairs: Mapping[tuple[str, int], tuple[np.ndarray, np.ndarray]]) -> list[WeightEdit]:
+    """Copy neuron j's slice into keystone slot i (exactly the slice ablation zeroes, plus the bias entry); each
+    edit carries its own values, so the types sharing a fused parameter (q, k, v in one qkv_proj) stay apart."""
+    edits = []
     for (t, layer), (i_idx, j_idx) in pairs.items():
         dim = smap.dim(t, layer)
         w = smap.weight(t, layer)
-        name = smap.weight_name(t, layer)
         i_rows = smap.rows(t, layer, i_idx)
         j = torch.as_tensor(smap.rows(t, layer, j_idx), dtype=torch.long, device=w.device)
-        values[name] = w.detach().index_select(dim, j).clone()
-        edits.append(WeightEdit(name, dim, i_rows))
+        edits.append(WeightEdit(smap.weight_name(t, layer), dim, i_rows, value=w.detach().index_select(dim, j).clone()))
         bias = smap.bias_name(t, layer)
         if bias:
             b = dict(smap.model.hf.named_parameters())[bias]
-            values[bias] = b.detach().index_select(0, j).clone()
-            edits.append(WeightEdit(bias, 0, i_rows))
-    return edits, values
+            edits.append(WeightEdit(bias, 0, i_rows, value=b.detach().index_select(0, j).clone()))
+    return edits
 
 
 def matched_random(key: Mask, rng: np.random.Generator) -> Mask:
@@ -220,11 +217,10 @@ def evaluate(model, smap: SliceMap, cond: Condition, chunks: Tensor, batch_size:
              tasks: Sequence[TaskItem] | None, rope_pair: bool) -> tuple[dict, Stats]:
     """One condition: its ablation row (ppl, pos0_norm, sink_mass, task accuracy) and the raw stats."""
     if cond.swap is not None:
-        edits, values = swap_edits(smap, cond.swap)
+        edits = swap_edits(smap, cond.swap)
     else:
         edits = [] if cond.mask is None else zero_edits(smap, cond.mask, model.info.d_head, rope_pair)
-        values = None
-    with edit_weights(model, edits, values):
+    with edit_weights(model, edits):
         stats = forward_stats(model, chunks, batch_size)
         acc = task_accuracy(model, tasks) if (cond.tasks and tasks) else {}
     row = {"condition": cond.name, "seed": cond.seed, "p": cond.p, "n_ablated": cond.n_ablated, "ppl": stats.ppl,

@@ -32,10 +32,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def server(runs, tmp_path):
+@pytest.fixture(scope="module")
+def server(runs, tmp_path_factory):
     """The dashboard served on 127.0.0.1 over copies of the logit_lens micro run, the failed run and the micro runs
     of the pages with CircuitsVis views and of the feature dashboard."""
+    tmp_path = tmp_path_factory.mktemp("served")  # one server for the module's tests (start-up is ~15 s here)
     root = tmp_path / "artifacts"
     extra = [runs.done[p] for p in ("sae_features", "conversational_inertia", "graph_sawtooth", "patching")
              if p in runs.done]
@@ -81,9 +82,10 @@ def server(runs, tmp_path):
         log.close()
 
 
-@pytest.fixture
-def browser(tmp_path):
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
     need_browser()
+    tmp_path = tmp_path_factory.mktemp("chromium")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

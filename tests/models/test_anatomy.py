@@ -84,3 +84,31 @@ def test_family_tables_match_the_hooks_that_fire(family, family_models):
         assert got and got[0].shape[-2:] == (m.info.n_kv_heads, m.info.d_head)
     else:
         assert m.info.site_fallbacks is None
+
+
+def test_keystone_slices_of_a_fused_qkv_stay_apart(family_models):
+    """Phi-3's q, k and v share one qkv_proj weight: zeroing or swapping a q neuron touches its row only, and a
+    swap of q and k neurons in one edit list writes each its own source rows (not the last type's)."""
+    import numpy as np
+
+    from interp import edit_weights, weights_digest
+    from probes.keystone.ablate import swap_edits, zero_edits
+    from probes.keystone.neurons import SliceMap
+
+    m = family_models("phi3")
+    smap = SliceMap(m)
+    w = smap.weight("attn_q", 1)
+    assert smap.weight_name("attn_q", 1) == smap.weight_name("attn_k", 1) == smap.weight_name("attn_v", 1)
+    before, digest = w.detach().clone(), weights_digest(m)
+    d_q = m.info.n_heads * m.info.d_head
+    d_kv = m.info.n_kv_heads * m.info.d_head
+    mask = {t: np.zeros((m.info.n_layers, n), bool) for t, n in (("attn_q", d_q), ("attn_k", d_kv))}
+    mask["attn_k"][1, 3] = True
+    with edit_weights(m, zero_edits(smap, mask, m.info.d_head)):
+        zero = (w.abs().sum(1) == 0).nonzero().flatten().tolist()
+        assert zero == [d_q + 3], zero  # the K neuron 3 is row d_q + 3 of the fused weight
+    pairs = {("attn_q", 1): (np.array([0, 1]), np.array([5, 6])), ("attn_k", 1): (np.array([2]), np.array([7]))}
+    with edit_weights(m, swap_edits(smap, pairs)):
+        assert torch.equal(w[0], before[5]) and torch.equal(w[1], before[6])
+        assert torch.equal(w[d_q + 2], before[d_q + 7])
+    assert weights_digest(m) == digest

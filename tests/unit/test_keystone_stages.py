@@ -247,8 +247,7 @@ def test_ablation_edits_zero_exactly_the_slices_and_restore(tiny_model):
         zero_rows = (params[smap.weight_name("attn_q", 0)].abs().sum(1) == 0).nonzero().flatten().tolist()
         assert zero_rows == [1, 1 + tiny_model.info.d_head // 2]
     pairs = {("fwd_up", 0): (np.array([3]), np.array([9]))}
-    edits, values = swap_edits(smap, pairs)
-    with edit_weights(tiny_model, edits, values):
+    with edit_weights(tiny_model, swap_edits(smap, pairs)):
         assert torch.equal(params[up][3], before[up][9]) and torch.equal(params[up][9], before[up][9])
         assert torch.equal(params[up.replace("up_proj", "gate_proj")][3], before[up.replace("up_proj", "gate_proj")][3])
     assert weights_digest(tiny_model) == digest
