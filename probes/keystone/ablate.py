@@ -23,7 +23,7 @@ from interp.generate import greedy
 from interp.sites import Site
 
 from .data import TASKS, TaskItem, score_answer
-from .neurons import SPECS, SliceMap, rope_partner
+from .neurons import SliceMap, hook_site, rope_partner
 from .record import forward_to_last_layer
 from .selection import Mask, units
 
@@ -292,7 +292,7 @@ def massive_writers(model, key: Mask, chunks: Tensor, rope_pair: bool, progress=
             idx = np.array([i])
             if rope_pair:
                 idx = with_rope_partners(t, idx, model.info.d_head)
-            zero.append((Site(SPECS[t].hook_kind, layer), slice(u * S, (u + 1) * S), idx.tolist()))
+            zero.append((hook_site(model, t, layer), slice(u * S, (u + 1) * S), idx.tolist()))
         pn = pos0_norms(model, chunks.repeat(len(group), 1), zero)  # (units * S, layer)
         norms += pn.max(1).values.view(len(group), S).mean(1).tolist()
     rows = []

@@ -73,6 +73,13 @@ def recording_site(model, t: str, layer: int) -> Site:
     return Site(kind, layer)
 
 
+def hook_site(model, t: str, layer: int) -> Site:
+    """Where an activation hook zeroes type `t` (pre-RoPE for q and k; a plain MLP's up output is mlp_gate)."""
+    if t == "fwd_up" and not is_gated(model):
+        return Site("mlp_gate", layer)
+    return Site(SPECS[t].hook_kind, layer)
+
+
 def is_gated(model) -> bool:
     return model.anatomy.gated
 

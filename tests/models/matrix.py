@@ -19,8 +19,9 @@ from pathlib import Path
 
 #: Per-probe overrides that make the method meaningful on random weights (never to dodge a crash). keystone: at
 #: the default top_p 0.005 a 256-wide MLP keeps 1 neuron per layer and type per prompt, and random weights share
-#: none across prompts on Gemma 2/3 (an empty keystone set, which the probe reports as such); 0.02 keeps 5.
-MEANINGFUL: dict[str, dict] = {"keystone": {"top_p": 0.02}}
+#: none across the prompts on Gemma 2/3, GPT-2 and GPT-J (an empty keystone set, which the probe reports as such);
+#: at 0.05 (12 per type) every family has a keystone set, so the ablation and its controls run too.
+MEANINGFUL: dict[str, dict] = {"keystone": {"top_p": 0.05}}
 
 
 #: Families whose cells run through the CLI (`interp run PROBE --model DIR --size micro`), the others in-process.
