@@ -37,7 +37,8 @@ def run_cell(probe: str, model_dir: Path, out: Path, via_cli: bool = False) -> d
     try:
         spec, cfg = prepare(probe, {"size": "micro", "model": str(model_dir), **MEANINGFUL.get(probe, {})})
     except InterpError as e:  # refused before the model loads
-        return {"status": "refused", "why": str(e).splitlines()[0][:300], "s": round(time.perf_counter() - t, 1)}
+        why = str(e).splitlines()[0].replace(repr(str(model_dir)), "DIR").replace(str(model_dir), "DIR")
+        return {"status": "refused", "why": why[:300], "s": round(time.perf_counter() - t, 1)}
     try:
         if via_cli:
             from interp.cli import main
@@ -113,6 +114,11 @@ def markdown(results: dict[str, dict[str, dict]]) -> str:
         "docs/architectures.md`; `tests/models/test_matrix.py` runs the same matrix in `make test`.",
         "",
         f"**{n_ok} of {len(cells)} cells ok**; no cell crashes.",
+        "",
+        "One setting differs from the defaults, to make a method meaningful on random weights: "
+        + "; ".join(f"{p} runs with " + ", ".join(f"`{k}={v}`" for k, v in o.items()) for p, o in MEANINGFUL.items())
+        + " (at the default top_p 0.005 the random weights of Gemma 2/3, GPT-2 and GPT-J share no top-p neuron "
+        "across the prompts, an empty keystone set that the probe reports as such).",
         "",
         "| family | " + " | ".join(probes) + " |",
         "|---|" + "---|" * len(probes),
