@@ -26,8 +26,9 @@ class Row:
     detail: str = ""
 
 
-def interleaved(fns: dict[str, Callable[[], object]], repeats: int = 5, warmup: int = 1) -> dict[str, float]:
-    """Median seconds of each function, run in turns so machine noise hits all alike."""
+def interleaved_runs(fns: dict[str, Callable[[], object]], repeats: int = 5, warmup: int = 1
+                     ) -> dict[str, list[float]]:
+    """Seconds of each function in every repeat, run in turns so machine noise hits all alike."""
     for _ in range(warmup):
         for fn in fns.values():
             fn()
@@ -37,7 +38,18 @@ def interleaved(fns: dict[str, Callable[[], object]], repeats: int = 5, warmup: 
             t = time.perf_counter()
             fn()
             times[k].append(time.perf_counter() - t)
-    return {k: statistics.median(v) for k, v in times.items()}
+    return times
+
+
+def interleaved(fns: dict[str, Callable[[], object]], repeats: int = 5, warmup: int = 1) -> dict[str, float]:
+    """Median seconds of each function, run in turns so machine noise hits all alike."""
+    return {k: statistics.median(v) for k, v in interleaved_runs(fns, repeats, warmup).items()}
+
+
+def ratio_spread(num: list[float], den: list[float]) -> tuple[float, float, float]:
+    """(median, min, max) of the per-repeat ratios num[i] / den[i] (each pair ran back to back)."""
+    r = sorted(a / b for a, b in zip(num, den))
+    return statistics.median(r), r[0], r[-1]
 
 
 def check(value: float, target: str) -> bool | None:
