@@ -323,16 +323,29 @@ def sft_lr_sweep(sft: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def sft_progress(evals: pd.DataFrame) -> go.Figure:
-    """Held-out gain (left) and broad perplexity ratio (right) against the optimizer step, per (variant, lr)."""
+def wilson(acc: pd.Series, n: int) -> tuple[pd.Series, pd.Series]:
+    """95 % Wilson interval (low, high) of accuracies measured on n items each."""
+    from scipy.stats import binomtest
+
+    bounds = [binomtest(round(a * n), n).proportion_ci(method="wilson") for a in acc]
+    return pd.Series([b.low for b in bounds], index=acc.index), pd.Series([b.high for b in bounds], index=acc.index)
+
+
+def sft_progress(evals: pd.DataFrame, n_eval: int | None = None) -> go.Figure:
+    """Held-out gain (left, with 95 % Wilson intervals of the accuracy when `n_eval` is known) and broad perplexity
+    ratio (right) against the optimizer step, per (variant, lr)."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("held-out accuracy gain", "broad perplexity after / before"))
     many = evals["lr"].nunique() > 1
     for (v, lr), g in evals.groupby(["variant", "lr"], sort=False):
         g = g.sort_values("step")
         name = _lr_name(v, lr, many)
         colour = COLOURS.get(v, "#999")
+        err = None
+        if n_eval:
+            lo, hi = wilson(g["task_acc"], n_eval)
+            err = {"type": "data", "symmetric": False, "array": hi - g["task_acc"], "arrayminus": g["task_acc"] - lo}
         fig.add_trace(go.Scatter(x=g["step"], y=g["gain"], mode="lines+markers", name=name, legendgroup=name,
-                                 line={"color": colour}), row=1, col=1)
+                                 line={"color": colour}, error_y=err), row=1, col=1)
         fig.add_trace(go.Scatter(x=g["step"], y=g["ppl_ratio"], mode="lines+markers", name=name, legendgroup=name,
                                  showlegend=False, line={"color": colour}), row=1, col=2)
     fig.update_xaxes(title_text="optimizer step")

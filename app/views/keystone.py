@@ -243,7 +243,10 @@ def sft_panel(run: Run) -> None:
     if run.has("sft_evals"):
         evals = run.table("sft_evals")
         if evals["step"].nunique() > 2:
-            st.plotly_chart(F.sft_progress(evals), key=K + "progress")
+            n_eval = (run.config.get("sft") or {}).get("n_eval")
+            st.plotly_chart(F.sft_progress(evals, n_eval), key=K + "progress")
+            if n_eval:
+                st.caption(f"Bars: 95 % Wilson intervals of the held-out accuracy ({n_eval} items).")
 
 
 def prompts_panel(run: Run) -> None:

@@ -37,6 +37,10 @@ def test_sft_sweep_and_progress_figures():
                           for v, lr in zip(sft.variant, sft.lr) for s in (0, 5, 10)])
     prog = K.sft_progress(evals)
     assert len(prog.data) == 2 * 5 and "keystone lr 0.003" in {t.name for t in prog.data}
+    evals["task_acc"] = 0.0 + 14 / 60 * (evals["step"] == 10)
+    bars = K.sft_progress(evals, n_eval=60).data[0].error_y  # 14 of 60 right: Wilson 0.144 .. 0.354
+    assert bars.array[2] == pytest.approx(0.354 - 14 / 60, abs=1e-3)
+    assert bars.arrayminus[2] == pytest.approx(14 / 60 - 0.144, abs=1e-3)
     assert len(K.gain_vs_forgetting(sft.assign(steps=10)).data) == 5
 
 
