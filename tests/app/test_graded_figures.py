@@ -48,7 +48,11 @@ def test_harm_curve_figure_has_the_signal_its_control_and_observed_b():
     curve = pd.DataFrame({"step": [10, 20, 30], "harm_rho": [0.2, 0.5, 0.6], "harm_random_rho": [0.1, 0.0, -0.1],
                           "observed_b_rho": [0.3, 0.6, 0.9], "n_runs": [7, 7, 7]})
     fig = L.harm_curve(curve, harm_step=30)
-    assert [list(t.y) for t in fig.data] == [[0.2, 0.5, 0.6], [0.1, 0.0, -0.1], [0.3, 0.6, 0.9]]
+    band, *lines = fig.data
+    assert [list(t.y) for t in lines] == [[0.2, 0.5, 0.6], [0.1, 0.0, -0.1], [0.3, 0.6, 0.9]]
+    lo, hi = L.spearman_interval(pd.Series([-0.857]), pd.Series([7]))  # Fisher z, se sqrt(1.06 / 4)
+    assert float(lo[0]) == pytest.approx(-0.98, abs=5e-3) and float(hi[0]) == pytest.approx(-0.27, abs=5e-3)
+    assert band.fill == "toself" and len(band.y) == 6
 
 
 def test_page_selection_matches_the_probe_at_query_width():
