@@ -114,7 +114,7 @@ def check_architecture(res: Resolved) -> None:
         raise ModelNotFound(f"model {res.name!r}: its config names {what}, not a decoder-only causal LM")
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
-    if mtype not in CONFIG_MAPPING_NAMES:
+    if mtype is not None and mtype not in CONFIG_MAPPING_NAMES:  # a config without model_type: transformers decides
         raise ModelNotFound(f"model {res.name!r}: unknown architecture model_type={mtype!r} (this transformers "
                             f"does not know it)")
 
