@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from .errors import InterpError
+from .families import NO_ROTARY
 
 ROLES = ("q", "k", "v", "o", "gate", "up", "down")
 """Projection roles: q/k/v/gate/up neurons are a projection's outputs, o/down neurons its inputs."""
@@ -173,9 +174,7 @@ class Anatomy:
         return any(hasattr(mlp, n) for n in ("gate_proj", "w1", *_FUSED_GATE_UP))
 
     def _rotary(self) -> bool:
-        if self.family in ("gpt2", "gpt_bigcode", "opt", "bloom", "mpt"):
-            return False
-        return True
+        return self.family not in NO_ROTARY
 
     def name_of(self, module: Any) -> str:
         return self._names[id(module)]
