@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from .errors import InterpError
-from .families import NO_ROTARY
+from .families import NO_ROTARY, PARALLEL
 
 ROLES = ("q", "k", "v", "o", "gate", "up", "down")
 """Projection roles: q/k/v/gate/up neurons are a projection's outputs, o/down neurons its inputs."""
@@ -43,7 +43,6 @@ _NORMS = {
     # where -> candidate names. attn_in / mlp_in: the norm before the branch; attn_out / mlp_out: after it.
     "attn_in": ("input_layernorm", "ln_1", "attention_norm"),
     "mlp_in": ("pre_feedforward_layernorm", "ln_2", "ffn_norm"),
-    "attn_out": (),  # filled per block layout (post_attention_layernorm is one or the other)
     "mlp_out": ("post_feedforward_layernorm",),
 }
 _PROJ = {
@@ -120,14 +119,13 @@ class Anatomy:
         self._names = {id(m): n for n, m in hf.named_modules()}
         self.layers = self._find_layers()
         self.final_norm = self._first(self._base(), _FINAL, "final norm")
-        block = self.layers[0]
-        self.parallel = self._parallel(block)
+        self.parallel = self._parallel()
         self.n_heads = int(self.config.num_attention_heads if hasattr(self.config, "num_attention_heads")
                            else self.config.n_head)
         self.n_kv_heads = int(getattr(self.config, "num_key_value_heads", None) or self.n_heads)
         d_model = int(getattr(self.config, "hidden_size", None) or self.config.n_embd)
         self.d_head = int(getattr(self.config, "head_dim", None) or d_model // self.n_heads)
-        self.gated = self._has_gate(block)
+        self.gated = self._has_gate()
         self.rotary = self._rotary()
         self.qk_norm = any(hasattr(self.attn(0), n) for n in ("q_norm", "k_norm", "q_layernorm"))
         self.sliding_window = getattr(self.config, "sliding_window", None)
@@ -162,14 +160,14 @@ class Anatomy:
             raise UnsupportedModel(f"{self.arch}: cannot find the {what} (looked for {', '.join(names)})")
         return None
 
-    def _parallel(self, block: Any) -> bool:
+    def _parallel(self) -> bool:
         """Attention and MLP read the same block input (GPT-J, GPT-NeoX with use_parallel_residual, Cohere)."""
         flag = getattr(self.config, "use_parallel_residual", None)
         if flag is not None:
             return bool(flag)
-        return self.family in ("gptj", "cohere", "cohere2", "codegen", "phi", "falcon")
+        return self.family in PARALLEL
 
-    def _has_gate(self, block: Any) -> bool:
+    def _has_gate(self) -> bool:
         mlp = self.mlp(0)
         return any(hasattr(mlp, n) for n in ("gate_proj", "w1", *_FUSED_GATE_UP))
 

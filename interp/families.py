@@ -17,6 +17,10 @@ NOT_GATED = frozenset({"gpt2", "gpt_neox", "gptj", "gpt_bigcode", "opt", "bloom"
                        "phi", "stablelm_epoch"})
 """Families whose MLP is up -> act -> down with no gate (mlp_up does not exist; mlp_gate is the up output)."""
 
+PARALLEL = frozenset({"gptj", "cohere", "cohere2", "codegen", "phi", "falcon"})
+"""Families whose attention and MLP read the same block input (GPT-NeoX too, by its use_parallel_residual flag,
+on by default)."""
+
 NO_SDPA = frozenset({"gemma2"})
 """Families whose HF attention has no SDPA path here (soft-capped attention logits): decoding runs eager."""
 
@@ -44,7 +48,7 @@ def unsupported(kind: str, family: str) -> str | None:
     """Why `family` cannot serve site `kind` exactly (None: it can, possibly through an exact fallback)."""
     if kind == "mlp_up" and family in NOT_GATED:
         return "needs a gated MLP (up_proj beside gate_proj); this family's MLP is not gated"
-    if kind == "resid_mid" and family in ("gpt_neox", "gptj", "cohere", "codegen", "phi"):
+    if kind == "resid_mid" and family in PARALLEL | {"gpt_neox"}:
         return "needs a sequential block; this family runs attention and MLP in parallel"
     fb = site_fallback(kind, family)
     if fb is not None and family in BRIDGE_HIDES_ROTARY:
