@@ -5,7 +5,8 @@ measurement as bench/capture.py's overhead (every layer's MLP post, abs-mean red
 in bf16 on the GPU, against the bare HF forward; its FLOPs are counted as 2 x (layer + unembedding
 weights) per token plus the attention products. SAE training is interp.sae's JumpReLU loop under bf16
 autocast (the toolkit keeps float32 master weights) on activations captured from that model, beside
-SAELens's trainer in the same conditions; its FLOPs are the dense-equivalent 12 x d_in x d_sae per token.
+SAELens's trainer (bench/sae.py's `train_saelens`) in the same conditions; its FLOPs are the dense-equivalent
+12 x d_in x d_sae per token.
 Without CUDA one row says so.
 """
 
@@ -18,11 +19,11 @@ from dataclasses import replace
 import torch
 
 from interp import AbsMean, capture
-from interp.sae import SAETrainConfig, train_sae
+from interp.sae import SAETrainConfig
 from interp.sites import Site
 
 from .common import Row, interleaved
-from .sae import activations
+from .sae import activations, train
 
 
 def _sync(device: str) -> None:
@@ -110,9 +111,9 @@ def gpu(model, smoke: bool = False, device: str | None = None) -> list[Row]:
         c = replace(cfg, trainer=trainer)
         try:
             with autocast:
-                train_sae(acts, replace(c, steps=2))  # warm-up: kernels, allocator
+                train(acts, replace(c, steps=2))  # warm-up: kernels, allocator
                 _sync(device)
-                sae_tps[trainer] = train_sae(acts, c).cfg.metadata.interp_training["tokens_per_s"]
+                sae_tps[trainer] = train(acts, c).cfg.metadata.interp_training["tokens_per_s"]
         except (RuntimeError, TypeError, ValueError) as e:  # reported in the row: SAELens under autocast
             if trainer == "toolkit":
                 raise

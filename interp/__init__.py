@@ -52,8 +52,9 @@ _LAZY = {
     "edit_weights": "interp._intervene",
     "WeightEdit": "interp._intervene",
     "weights_digest": "interp._intervene",
+    "warmup_schedule": "interp.schedule",
     "RunContext": "interp.context",
-    "load_sae": "interp.sae_source",
+    "load_sae": "interp.sae.source",
     "capture_grads": "interp.gradients",
     "GradCapture": "interp.gradients",
 }

@@ -11,7 +11,7 @@ O(units) state, accumulated in float64.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import torch
 from jaxtyping import Bool, Float
@@ -155,6 +155,27 @@ def token_mask(attention_mask: Bool[Tensor, "batch pos"], skip_first: int = 0) -
     return mask
 
 
+def masked_batches(
+    model, batches: Iterable[Mapping[str, Tensor]], skip_first: int = 0
+) -> Iterator[tuple[Tensor, Tensor, Bool[Tensor, "batch pos"], Tensor]]:
+    """(input_ids, attention_mask, token mask, where) of each batch, on the model's device: the batch loop of
+    `capture` and `interp.sae.collect_activations`.
+
+    A missing attention mask is all ones; the token mask is `token_mask(attention_mask, skip_first)`; `where`
+    (tok, 2) holds the (sequence, position) of each masked token, sequences counted across all batches so far.
+    """
+    seq_offset = 0
+    for batch in batches:
+        ids = batch["input_ids"].to(model.device)
+        am = batch.get("attention_mask")
+        am = torch.ones_like(ids) if am is None else am.to(model.device)
+        mask = token_mask(am, skip_first)
+        where = mask.nonzero()
+        where[:, 0] += seq_offset
+        yield ids, am, mask, where
+        seq_offset += ids.shape[0]
+
+
 def capture(
     model,
     batches: Iterable[Mapping[str, Tensor]],
@@ -171,7 +192,6 @@ def capture(
     from tqdm.auto import tqdm
 
     state: dict[str, Tensor] = {}
-    seq_offset = [0]
 
     def make_hook(site: Site, reds: Sequence[Reducer]):
         def hook(act: Tensor) -> None:
@@ -187,20 +207,14 @@ def capture(
 
     pairs = [(site, make_hook(site, reds)) for site, reds in reducers.items()]
     last = max(reducers, key=forward_rank) if reducers else None
+    bar = tqdm(batches, desc="capture", disable=not progress, leave=False)
     with torch.no_grad(), model.hooks(pairs):
-        for batch in tqdm(batches, desc="capture", disable=not progress, leave=False):
-            ids = batch["input_ids"].to(model.device)
-            am = batch.get("attention_mask")
-            am = torch.ones_like(ids) if am is None else am.to(model.device)
-            mask = token_mask(am, skip_first)
-            nz = mask.nonzero()
-            nz[:, 0] += seq_offset[0]
-            state["mask"], state["where"] = mask, nz
+        for ids, am, mask, where in masked_batches(model, bar, skip_first):
+            state["mask"], state["where"] = mask, where
             if last is None or last.kind == "logits":
                 model.forward(ids, am)
             else:
                 model.forward_until(ids, last, am)
-            seq_offset[0] += ids.shape[0]
     return {site: {k: v for r in reds for k, v in r.result().items()} for site, reds in reducers.items()}
 
 

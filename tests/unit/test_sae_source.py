@@ -103,6 +103,7 @@ def test_probe_configs_check_sae_specs_before_loading(tmp_path):
     from probes.sae_falsification import SaeFalsificationConfig
     from probes.self_interp import SelfInterpConfig
 
-    for cls, field in ((AtomsConfig, "sae_source"), (SaeFalsificationConfig, "sae"), (SelfInterpConfig, "sae")):
-        with pytest.raises(ConfigError, match=field):
-            build_config(cls, {field: str(tmp_path / "nowhere")})
+    for cls in (AtomsConfig, SaeFalsificationConfig, SelfInterpConfig):
+        with pytest.raises(ConfigError, match="sae.source") as e:
+            build_config(cls, {"sae.source": str(tmp_path / "nowhere")})
+        assert e.value.field == "sae.source"

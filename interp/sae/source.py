@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 PREFIX = "saelens:"
 WHAT = "a SAELens SAE directory (with cfg.json), a run directory holding an SAE, or saelens:<release>/<sae_id>"
@@ -63,7 +63,7 @@ def _run_saes(run_dir: Path) -> list[str]:
 
 
 def _check_run(run_dir: Path, spec: str, field: str) -> None:
-    from .store import effective_status, read_manifest
+    from ..store import effective_status, read_manifest
 
     try:
         status = effective_status(read_manifest(run_dir))
@@ -119,14 +119,14 @@ def load_sae(spec: str, device: str = "cpu", field: str = "sae"):
     if ref.kind == "pretrained":
         return _pretrained(ref, device, field)
     if ref.run is not None:
-        from .errors import DamagedRun
-        from .store import load_run
+        from ..errors import DamagedRun
+        from ..store import load_run
 
         try:
             load_run(ref.run, verify=True)
         except DamagedRun as e:
             raise ConfigError(field, spec, f"an intact run ({e})") from None
-    from .sae import load_sae as load_dir
+    from .io import load_sae as load_dir
 
     return load_dir(ref.path, device=device)
 
