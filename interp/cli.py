@@ -78,15 +78,23 @@ def _run_help(probe: str) -> int:
     spec = get_probe(probe)
     print(f"interp run {probe} [--model M] [--device D] [--seed N] [--size S] [--out DIR] [--set key=value ...]\n")
     print(spec.summary + "\n")
-    presets = spec.config_cls.SIZE_PRESETS
-    for name, default, doc in describe(spec.config_cls):
-        print(f"  {name} = {default}")
+    presets = {s: _dotted(p) for s, p in spec.config_cls.SIZE_PRESETS.items()}
+    for name, default, allowed, doc in describe(spec.config_cls):  # a nested config's row ("sft.*") has no default
+        print(f"  {name}" + (f" = {default}" if default else "") + (f"  ({allowed})" if allowed else ""))
         if doc:
-            print(f"      {doc}")
+            print("      " + doc.replace("\n", "\n      "))
         sized = {s: presets[s][name] for s in presets if name in presets[s]}
         if sized:
             print("      sizes: " + ", ".join(f"{s}={json.dumps(v)}" for s, v in sized.items()))
     return 0
+
+
+def _dotted(preset: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A size preset with nested overrides ({"sae": {"cache": false}}) as dotted keys ("sae.cache")."""
+    out: dict[str, Any] = {}
+    for k, v in preset.items():
+        out.update(_dotted(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k: v})
+    return out
 
 
 def cmd_run(args) -> int:

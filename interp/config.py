@@ -14,11 +14,65 @@ import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from .errors import ConfigError
 
 SIZES = ("micro", "quick", "default")
+
+
+@dataclass(frozen=True)
+class Range:
+    """Bounds of a number field, declared in its annotation: `steps: Annotated[int, Range(1)] = 800`.
+
+    ProbeConfig.validate checks every field's Range (nested configs' fields too; a tuple's elements one by one;
+    None is left to the type) before the subclass's own rules, raising ConfigError(field, value, "a value in
+    [lo, hi]") with "(" / ")" for an open end and -inf / inf for a missing one.
+    """
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+
+    def __str__(self) -> str:
+        lo = "-inf" if self.lo is None else self.lo
+        hi = "inf" if self.hi is None else self.hi
+        return f"{'(' if self.lo_open else '['}{lo}, {hi}{')' if self.hi_open else ']'}"
+
+    def check(self, name: str, value: Any) -> None:
+        lo, hi = self.lo, self.hi
+        if (lo is not None and (value < lo or (self.lo_open and value == lo))) or (
+            hi is not None and (value > hi or (self.hi_open and value == hi))
+        ):
+            raise ConfigError(name, value, f"a value in {self}")
+
+
+@dataclass(frozen=True)
+class Subset:
+    """Values of a tuple-of-strings field, declared in its annotation: `tasks: Annotated[tuple[str, ...],
+    Subset(TASKS)] = TASKS` admits at least one value (any number with `empty`), each one of `choices`, none twice
+    (unless `repeats`). Checked with the Ranges, before the subclass's own rules."""
+
+    choices: tuple[str, ...]
+    empty: bool = False
+    repeats: bool = False
+
+    def __str__(self) -> str:
+        kind = "list of values" if self.repeats else "list of distinct values"
+        return f"a {'' if self.empty else 'non-empty '}{kind} from {', '.join(self.choices)}"
+
+    def check(self, name: str, value: tuple[str, ...]) -> None:
+        for v in value:
+            if v not in self.choices:
+                raise ConfigError(name, v, "one of " + ", ".join(self.choices))
+        if (not value and not self.empty) or (not self.repeats and len(set(value)) != len(value)):
+            raise ConfigError(name, list(value), str(self))
+
+
+PositiveInt = Annotated[int, Range(1)]
+NonNegativeInt = Annotated[int, Range(0)]
+PositiveFloat = Annotated[float, Range(0, lo_open=True)]
 
 
 @dataclass(frozen=True)
@@ -33,6 +87,54 @@ class ModelLimits:
 
 
 @dataclass(frozen=True)
+class SAESource:
+    """The SAE a probe reads, as its `sae` field (`--set sae.source=...`): which one, at which site, and the size of
+    the one the toolkit trains. A probe's default sets each field it uses; a field it leaves None there it does not
+    use (it fixes or derives that value, or names the site in a field of its own), and a value for it is refused."""
+
+    source: str = "train"
+    """"train" (the probe's own SAE, trained by the toolkit, reused from the SAE cache where it may) or an
+    `interp.load_sae` spec: a SAELens directory, a run directory holding an SAE (atoms'), saelens:<release>/<sae_id>
+    (online); a loaded SAE reads the hook its own config names."""
+    hook: str | None = None
+    """Site of the SAE to train: a residual-stream-like site of a layer as a TransformerLens hook name, a site name or a
+    depth fraction (resid_post@0.3: 30 % of depth, layer 9 of SmolLM2's 30); null where the probe's own field names
+    the site of everything it measures (atoms: `hook`; self_interp: resid_post of `layer`)."""
+    cache: bool | None = True
+    """Reuse a trained SAE from the content-addressed SAE cache when the model, hook, training config and data
+    match (atoms: its TSAE too)."""
+    d_sae: PositiveInt | None = None
+    """Latents of the trained SAE."""
+    train_tokens: Annotated[int, Range(16, 1_000_000_000)] | None = None
+    """Tokens the trained SAE learns from (positions >= 1 only)."""
+    steps: Annotated[int, Range(1, 1_000_000)] | None = None
+    """Training steps of the trained SAE (batches of 1024 tokens)."""
+
+    def check(self, name: str, default: "SAESource") -> None:
+        """ConfigError unless the fields `default` (the probe's) sets are set and the others None, the source
+        resolves (no download) and the hook is a residual-stream-like site of a layer."""
+        for f in fields(self):
+            value, used = getattr(self, f.name), getattr(default, f.name) is not None
+            if (value is not None) != used:
+                raise ConfigError(f"{name}.{f.name}", value, "a value" if used else "null: this probe does not use it")
+        if self.source != "train":
+            from .sae.source import resolve_sae_spec
+
+            resolve_sae_spec(self.source, f"{name}.source")
+        if self.hook is not None:
+            from .sites import Site, site_kind
+
+            try:
+                kind = site_kind(self.hook)
+            except ValueError:
+                raise ConfigError(f"{name}.hook", self.hook, "a TransformerLens hook name (blocks.6.hook_resid_post), "
+                                  "a site name (resid_post.6) or a depth (resid_post@0.2)") from None
+            if kind in ("embed", "final", "logits") or Site(kind, 0).units != "d_model":
+                raise ConfigError(f"{name}.hook", self.hook, "a residual-stream-like hook of a layer "
+                                  "(hook_resid_pre/mid/post, hook_attn_out, hook_mlp_out)")
+
+
+@dataclass(frozen=True)
 class ProbeConfig:
     """Fields every probe shares. Subclasses add their own, each with a docstring."""
 
@@ -44,7 +146,7 @@ class ProbeConfig:
     """"auto" (CUDA when present), "cpu", "cuda" or "cuda:N"."""
     dtype: str | None = None
     """None (float32 on CPU, bfloat16 on GPU), "float32", "bfloat16" or "float16"."""
-    seed: int = 0
+    seed: NonNegativeInt = 0
     """Seed of every random choice the probe makes."""
     size: Literal["micro", "quick", "default"] = "default"
     """micro (<= 20 s), quick (<= 90 s, the tests and demo), default (the method's acceptance size)."""
@@ -69,17 +171,20 @@ class ProbeConfig:
     CONTEXT_FIELDS: ClassVar[tuple[str, ...]] = ()
 
     def validate(self) -> None:
-        """Range checks beyond types; subclasses extend it (call super().validate())."""
+        """Every field's declared Range and Subset (`check_ranges`) and SAESource rules, then checks beyond types;
+        subclasses add their cross-field rules after calling super().validate()."""
+        check_ranges(self)
+        for f in fields(self):
+            if isinstance(getattr(self, f.name), SAESource):
+                getattr(self, f.name).check(f.name, _default_of(f))
         for name in self.LAYER_FIELDS:
-            value = getattr(self, name)
+            value = self.field_value(name)
             for v in value if isinstance(value, tuple) else (value,):
                 _layer_at(name, v, 10**9)  # the syntax of "@0.3" forms
         if self.device != "auto" and self.device != "cpu" and not self.device.startswith("cuda"):
             raise ConfigError("device", self.device, 'one of "auto", "cpu", "cuda", "cuda:N"')
         if self.dtype not in (None, "float32", "bfloat16", "float16"):
             raise ConfigError("dtype", self.dtype, 'None, "float32", "bfloat16" or "float16"')
-        if self.seed < 0:
-            raise ConfigError("seed", self.seed, "a non-negative integer")
         if self.remote and self.backend != "nnsight":
             raise ConfigError("remote", self.remote, "remote execution needs backend=nnsight")
 
@@ -96,9 +201,7 @@ class ProbeConfig:
         if limits.n_ctx is None:
             return
         for name in self.CONTEXT_FIELDS:
-            value: Any = self
-            for part in name.split("."):
-                value = getattr(value, part)
+            value = self.field_value(name)
             if value > limits.n_ctx:
                 raise ConfigError(name, value, f"at most the context of {self.model} ({limits.n_ctx} tokens)")
 
@@ -109,23 +212,28 @@ class ProbeConfig:
 
         if n_layers is None or not (self.SITE_FIELDS or self.LAYER_FIELDS):
             return self
-        changes: dict[str, Any] = {}
+        cfg = self
         for name in self.LAYER_FIELDS:
-            value = getattr(self, name)
+            value = cfg.field_value(name)
             new = (tuple(_layer_at(name, v, n_layers) for v in value) if isinstance(value, tuple)
                    else _layer_at(name, value, n_layers))
-            if new != value:
-                changes[name] = new
+            cfg = _replace(cfg, name, new) if new != value else cfg
         for name in self.SITE_FIELDS:
-            value = getattr(self, name)
+            value = cfg.field_value(name)
             try:
                 new = (tuple(concrete_site(v, n_layers) for v in value) if isinstance(value, tuple)
-                       else concrete_site(value, n_layers))
+                       else value if value is None else concrete_site(value, n_layers))
             except ValueError as e:
                 raise ConfigError(name, value, str(e)) from None
-            if new != value:
-                changes[name] = new
-        return dataclasses.replace(self, **changes) if changes else self
+            cfg = _replace(cfg, name, new) if new != value else cfg
+        return cfg
+
+    def field_value(self, name: str) -> Any:
+        """The value of field `name`, dotted for a nested config's ("sae.hook"), as SITE_FIELDS etc. name them."""
+        value: Any = self
+        for part in name.split("."):
+            value = getattr(value, part)
+        return value
 
     def check_site(self, name: str, value: str, n_layers: int | None) -> None:
         """ConfigError unless site text `value` names a layer of an `n_layers` model (skipped while the depth is
@@ -144,6 +252,12 @@ class ProbeConfig:
         """ConfigError unless `layer` is None or a valid (possibly negative) layer index."""
         if layer is not None and n_layers is not None and not -n_layers <= layer < n_layers:
             raise ConfigError(name, layer, f"a layer index in [{-n_layers}, {n_layers - 1}] for {self.model}")
+
+
+def _replace(cfg: Any, name: str, value: Any) -> Any:
+    """`cfg` with field `name` (dotted for nested configs) set to `value`."""
+    head, _, rest = name.partition(".")
+    return dataclasses.replace(cfg, **{head: _replace(getattr(cfg, head), rest, value) if rest else value})
 
 
 def _layer_at(name: str, value: Any, n_layers: int) -> Any:
@@ -165,7 +279,10 @@ def _layer_at(name: str, value: Any, n_layers: int) -> Any:
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """The docstring under each field of a dataclass (and its bases), by field name."""
+    """The docstring under each field of a dataclass (and its bases), by field name, dedented.
+
+    Read from the AST, not with simple_parsing's get_attribute_docstring, which scans source lines and misses the
+    docstring of a field whose definition spans two lines (sae_features' `sae`)."""
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         if not is_dataclass(klass) or klass is object:
@@ -178,22 +295,41 @@ def field_docs(cls: type) -> dict[str, str]:
         for node, nxt in zip(body, body[1:] + [None]):
             if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
                 if isinstance(nxt, ast.Expr) and isinstance(getattr(nxt, "value", None), ast.Constant):
-                    docs[node.target.id] = str(nxt.value.value).strip()
+                    docs[node.target.id] = inspect.cleandoc(str(nxt.value.value))
     return docs
 
 
-def describe(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
-    """(dotted name, default, doc) for every field, nested configs flattened."""
+def describe(cls: type, prefix: str = "", default: Any = None) -> list[tuple[str, str, str, str]]:
+    """(dotted name, default as JSON, allowed values, doc) for every field; a nested config is a row ("sae.*", "",
+    "", its doc) followed by its fields' rows, with the defaults the outer field's default gives them."""
     rows = []
     docs = field_docs(cls)
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)
     for f in fields(cls):
-        default = _default_of(f)
-        if is_dataclass(hints[f.name]):
-            rows += describe(hints[f.name], prefix + f.name + ".")
+        value = _default_of(f) if default is None else getattr(default, f.name)
+        if is_dataclass(value):
+            rows.append((f"{prefix}{f.name}.*", "", "", docs.get(f.name, "")))
+            rows += describe(type(value), prefix + f.name + ".", value)
         else:
-            rows.append((prefix + f.name, json.dumps(default, default=str), docs.get(f.name, "")))
+            rows.append((prefix + f.name, json.dumps(value, default=str), allowed(hints[f.name]), docs.get(f.name, "")))
     return rows
+
+
+def allowed(tp: Any) -> str:
+    """What annotation `tp` admits beyond its type, for --help: "in [1, inf]", "one of 'a', 'b'", "" if nothing."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is Annotated:
+        each = "each " if typing.get_origin(args[0]) in (list, tuple) else ""
+        parts = [f"{each}in {m}" if isinstance(m, Range) else str(m) for m in tp.__metadata__
+                 if isinstance(m, (Range, Subset))] + [allowed(args[0])]
+        return " ".join(p for p in parts if p)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(a for a in map(allowed, args) if a)
+    if origin in (list, tuple) and args and allowed(args[0]):
+        return "each " + allowed(args[0]).removeprefix("each ")
+    return ""
 
 
 def _default_of(f: dataclasses.Field) -> Any:
@@ -208,9 +344,12 @@ def _default_of(f: dataclasses.Field) -> Any:
 
 
 def _coerce(name: str, value: Any, tp: Any) -> Any:
-    """Check `value` against the annotation `tp`, converting where lossless; else ConfigError."""
+    """Check `value` against the annotation `tp`, converting where lossless; else ConfigError. Annotated metadata
+    (Range, Subset) is not read here: ProbeConfig.validate checks it on the built config."""
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
+    if origin is Annotated:
+        return _coerce(name, value, args[0])
     if tp is Any:
         return value
     if origin in (typing.Union, types.UnionType):
@@ -269,18 +408,26 @@ def _coerce(name: str, value: Any, tp: Any) -> Any:
         if isinstance(value, tp):
             return value
         if not isinstance(value, dict):
-            raise ConfigError(name, value, f"a mapping of {tp.__name__} fields")
+            names = [f"{name}.{f.name}" for f in fields(tp)]
+            raise ConfigError(name, value, f"a mapping of {tp.__name__} fields, or one of them set alone: "
+                              f"{', '.join(names)} (--set {names[0]}=...)")
         return _build(tp, value, prefix=name + ".")
     raise ConfigError(name, value, f"a value of type {_tname(tp)}")
 
 
 def _tname(tp: Any) -> str:
-    return getattr(tp, "__name__", str(tp))
+    return getattr(_bare(tp), "__name__", str(_bare(tp)))
 
 
-def _build(cls: type, values: dict[str, Any], prefix: str = "") -> Any:
-    """Instantiate dataclass `cls` from plain values, type-checking each field."""
-    hints = typing.get_type_hints(cls)
+def _bare(tp: Any) -> Any:
+    """Annotation `tp` without its Annotated metadata."""
+    return typing.get_args(tp)[0] if typing.get_origin(tp) is Annotated else tp
+
+
+def _build(cls: type, values: dict[str, Any], prefix: str = "", base: Any = None) -> Any:
+    """Instantiate dataclass `cls` from plain values, type-checking each field; a field not in `values` keeps its
+    value in `base` (a nested config's default, as the outer field's default gives it) or its class default."""
+    hints = typing.get_type_hints(cls, include_extras=True)
     names = {f.name for f in fields(cls)}
     for key in values:
         if key not in names:
@@ -288,11 +435,52 @@ def _build(cls: type, values: dict[str, Any], prefix: str = "") -> Any:
             raise ConfigError(prefix + key, values[key], f"unknown field; known: {close}")
     kwargs = {}
     for f in fields(cls):
-        if f.name in values:
+        default = _default_of(f) if base is None else getattr(base, f.name)
+        if f.name in values and is_dataclass(default) and isinstance(values[f.name], dict):
+            kwargs[f.name] = _build(type(default), values[f.name], prefix + f.name + ".", default)
+        elif f.name in values:
             kwargs[f.name] = _coerce(prefix + f.name, values[f.name], hints[f.name])
-        elif is_dataclass(hints[f.name]):
-            kwargs[f.name] = _default_of(f)
+        elif base is not None or is_dataclass(default):
+            kwargs[f.name] = default
     return cls(**kwargs)
+
+
+def check_ranges(cfg: Any, prefix: str = "") -> None:
+    """ConfigError for the first field of dataclass `cfg` outside a Range (tuples element by element) or a Subset
+    its annotation declares, nested configs field by field."""
+    hints = typing.get_type_hints(type(cfg), include_extras=True)
+    for f in fields(cfg):
+        _check_value(prefix + f.name, getattr(cfg, f.name), hints[f.name])
+
+
+def _check_value(name: str, value: Any, tp: Any) -> None:
+    if value is None:
+        return
+    if typing.get_origin(tp) is Annotated:
+        for m in tp.__metadata__:
+            if isinstance(m, Subset):
+                m.check(name, value)
+            elif isinstance(m, Range):
+                for v in value if isinstance(value, tuple) else (value,):
+                    m.check(name, v)
+        tp = typing.get_args(tp)[0]
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):  # the arm the value has the type of
+        arm = next((a for a in args if _fits(value, _bare(a))), None)
+        if arm is not None:
+            _check_value(name, value, arm)
+    elif origin is tuple and isinstance(value, tuple) and args:
+        for v, a in zip(value, args[:1] * len(value) if args[-1] is Ellipsis else args):
+            _check_value(name, v, a)
+    elif is_dataclass(value):
+        check_ranges(value, name + ".")
+
+
+def _fits(value: Any, tp: Any) -> bool:
+    kind = typing.get_origin(tp) or tp
+    if kind is float:
+        return isinstance(value, (int, float))
+    return isinstance(kind, type) and isinstance(value, kind)
 
 
 # ----------------------------------------------------------------------------- public
@@ -355,37 +543,20 @@ def config_hash(probe: str, cfg: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def check_range(
-    name: str,
-    value: float,
-    lo: float | None = None,
-    hi: float | None = None,
-    lo_open: bool = False,
-    hi_open: bool = False,
-) -> None:
-    """Raise ConfigError unless lo <=(<) value <=(<) hi."""
-    bad = (lo is not None and (value < lo or (lo_open and value == lo))) or (
-        hi is not None and (value > hi or (hi_open and value == hi))
-    )
-    if bad:
-        left = "(" if lo_open else "["
-        right = ")" if hi_open else "]"
-        raise ConfigError(
-            name,
-            value,
-            f"a value in {left}{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}{right}",
-        )
-
-
 __all__ = [
     "ModelLimits",
+    "NonNegativeInt",
+    "PositiveFloat",
+    "PositiveInt",
     "ProbeConfig",
+    "Range",
+    "SAESource",
+    "Subset",
     "build_config",
     "config_hash",
     "describe",
     "field",
     "parse_value",
     "to_dict",
-    "check_range",
     "SIZES",
 ]

@@ -55,7 +55,7 @@ def check_family(probe: str, cfg, family: str | None, model: str) -> None:
         if why:
             raise ConfigError("model", model, f"probe {probe}: site {kind} {why} ({family})")
     for name in cfg.SITE_FIELDS:  # a site the user named that this family cannot serve (mlp_up of a plain MLP)
-        value = getattr(cfg, name)
+        value = cfg.field_value(name)
         for v in value if isinstance(value, tuple) else (value,):
             kind = site_kind(v)
             why = unsupported(kind, family)

@@ -9,9 +9,9 @@ itself is `probes.graph_sawtooth.probe:run`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
-from interp.config import ModelLimits, ProbeConfig, check_range
+from interp.config import ModelLimits, ProbeConfig, Range, Subset
 from interp.data import check_source, read_jsonl
 from interp.errors import ConfigError
 from interp.registry import probe
@@ -26,33 +26,33 @@ class GraphSawtoothConfig(ProbeConfig):
 
     prompt_format: Literal["raw", "chat"] = "raw"
     """raw: the prompt text as is; chat: wrapped in the model's chat template (empty system prompt)."""
-    n_nodes: tuple[int, int] = (8, 12)
+    n_nodes: Annotated[tuple[int, int], Range(3, 60)] = (8, 12)
     """Inclusive range of the number of nodes of each synthetic graph."""
-    n_edges: tuple[int, int] = (12, 20)
+    n_edges: Annotated[tuple[int, int], Range(2)] = (12, 20)
     """Inclusive range of edges per prompt (the cycle task sets its own: n_nodes - 3 .. n_nodes - 1)."""
-    n_select: int = 30
+    n_select: Annotated[int, Range(1, 100000)] = 30
     """Prompts whose attention is captured for the structure scores, the nulls and the entropy."""
     n_cal: int = 40
     """Calibration prompts (balanced over tasks) for the gamma sweep."""
     n_test: int = 80
     """Test prompts (balanced over tasks) for base / SLASH / random-layer accuracy."""
-    tasks: tuple[str, ...] = TASKS
+    tasks: Annotated[tuple[str, ...], Subset(TASKS)] = TASKS
     """Any of edge, degree, connectivity, cycle."""
     binarize: Literal["topk", "threshold"] = "topk"
     """topk: the |M| largest ROI values (the paper); threshold: values >= 10 % of the min-max range."""
-    max_shift: int = 2
+    max_shift: Annotated[int, Range(0, 16)] = 2
     """Span shifts -max_shift..+max_shift searched by the concentration score."""
-    n_null: int = 20
+    n_null: Annotated[int, Range(2, 10000)] = 20
     """Segment-shuffled template draws (the null of both structure scores)."""
-    gammas: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8, 1.0)
+    gammas: tuple[Annotated[float, Range(0.0, 1.0)], ...] = (0.2, 0.4, 0.6, 0.8, 1.0)
     """Sink factors swept on the calibration split (1.0 is the unmodified model and always included)."""
-    sink_offsets: tuple[int, ...] = (0,)
+    sink_offsets: tuple[Annotated[int, Range(0, 64)], ...] = (0,)
     """Sink columns relative to the first real token (e.g. [0, 1, 2, 3] for StreamingLLM-style sinks)."""
     entropy_rule: Literal["reference", "reference_newest", "spec"] = "reference"
     """S_ent band rule: reference (the released selection: heights clamped at 1e-12, ties to the narrower band and
     the later peak), reference_newest (also the code's newest extra layer after the band) or spec (no clamp, ties
     to the wider band and the first peak); see probes.graph_sawtooth.selection."""
-    n_random_layer_seeds: int = 3
+    n_random_layer_seeds: Annotated[int, Range(1, 100)] = 3
     """Random layer sets of size |S| drawn outside S for the control (median accuracy reported)."""
     mode: Literal["per_layer"] = "per_layer"
     """per_layer: heads averaged per layer for scoring, selection and SLASH (the paper's; per_head is not
@@ -62,7 +62,7 @@ class GraphSawtoothConfig(ProbeConfig):
     ROI^2: turn off for long prompts on large models)."""
     ppl_tokens: int = 4096
     """Tokens of non-graph text (the built-in corpus) for the perplexity control."""
-    ppl_len: int = 128
+    ppl_len: Annotated[int, Range(8, 8192)] = 128
     """Tokens per perplexity sequence."""
     ppl_data: str = "builtin:heldout"
     """Non-graph text for the perplexity control: any `interp.data` source (default the held-out
@@ -71,17 +71,17 @@ class GraphSawtoothConfig(ProbeConfig):
     """Optional JSONL of {prompt, answer, candidates[, task]} rows (e.g. exported GraphWiz) replacing
     the synthetic tasks; prompts must contain an edge list in one of the parsed formats and be distinct (the rows
     are split into selection, calibration and test: a repeat would leak across the splits)."""
-    batch_size: int = 8
+    batch_size: Annotated[int, Range(1, 1024)] = 8
     """Prompts per forward pass (left padding; the sink column comes from the attention mask)."""
-    n_roi_maps: int = 3
+    n_roi_maps: Annotated[int, Range(0, 100)] = 3
     """Selection samples whose ROI maps (raw, binary, template) are stored for every layer (at most n_select)."""
     gamma_curve: bool = False
     """Also score the test split at every gamma of the grid with SLASH on S and on random layer sets (accuracy and
     answer-margin change with bootstrap intervals, `gamma_curve.parquet`): the graded study; it adds
     (len(gamma_grid) - 1) x (1 + gamma_curve_random_seeds) scoring passes over the test split."""
-    gamma_curve_random_seeds: int = 1
+    gamma_curve_random_seeds: Annotated[int, Range(0, 100)] = 1
     """Random layer sets (the test's first ones) the gamma curve scores."""
-    n_boot: int = 1000
+    n_boot: Annotated[int, Range(10, 100000)] = 1000
     """Bootstrap resamples of the test items for the accuracy intervals."""
 
     #: SLASH edits the post-softmax pattern; scoring rebuilds the KV cache from post-rotary keys and values
@@ -122,51 +122,31 @@ class GraphSawtoothConfig(ProbeConfig):
     def validate(self) -> None:
         super().validate()
         lo, hi = self.n_nodes
-        if not 3 <= lo <= hi <= 60:
+        if lo > hi:
             raise ConfigError("n_nodes", list(self.n_nodes), "[lo, hi] with 3 <= lo <= hi <= 60")
         elo, ehi = self.n_edges
-        if not 2 <= elo <= ehi:
+        if elo > ehi:
             raise ConfigError("n_edges", list(self.n_edges), "[lo, hi] with 2 <= lo <= hi")
         if ehi > hi * (hi - 1) // 2 or elo > lo * (lo - 1) // 2 - 1:
             raise ConfigError("n_edges", list(self.n_edges),
                               f"edge counts that graphs of n_nodes={lo}..{hi} can hold (lo < n(n-1)/2, hi <= n(n-1)/2)")
-        check_range("n_select", self.n_select, 1, 100000)
-        if not self.tasks:
-            raise ConfigError("tasks", list(self.tasks), "a non-empty subset of " + ", ".join(TASKS))
-        for t in self.tasks:
-            if t not in TASKS:
-                raise ConfigError("tasks", t, "one of " + ", ".join(TASKS))
-        if len(set(self.tasks)) != len(self.tasks):
-            raise ConfigError("tasks", list(self.tasks), "each task at most once")
         for name in ("n_cal", "n_test"):
             n = getattr(self, name)
             if not len(self.tasks) <= n <= 100000:
                 raise ConfigError(name, n, f"an integer in [len(tasks)={len(self.tasks)}, 100000]")
-        check_range("max_shift", self.max_shift, 0, 16)
-        check_range("n_null", self.n_null, 2, 10000)
         if not self.gammas:
             raise ConfigError("gammas", list(self.gammas), "a non-empty list of values in [0, 1]")
-        for g in self.gammas:
-            check_range("gammas", g, 0.0, 1.0)
         if not self.sink_offsets or len(set(self.sink_offsets)) != len(self.sink_offsets):
             raise ConfigError("sink_offsets", list(self.sink_offsets), "a non-empty list of distinct offsets >= 0")
-        for o in self.sink_offsets:
-            check_range("sink_offsets", o, 0, 64)
-        check_range("n_random_layer_seeds", self.n_random_layer_seeds, 1, 100)
-        check_range("ppl_len", self.ppl_len, 8, 8192)
         if not self.ppl_len <= self.ppl_tokens <= 10_000_000:
             raise ConfigError("ppl_tokens", self.ppl_tokens, f"an integer in [ppl_len={self.ppl_len}, 10000000]")
         if self.data is not None and not self.data.strip():
             raise ConfigError("data", self.data, "null (synthetic graphs) or a JSONL file")
         if not self.ppl_data.strip():
             raise ConfigError("ppl_data", self.ppl_data, "builtin, builtin:heldout or a .txt / .jsonl file")
-        check_range("batch_size", self.batch_size, 1, 1024)
-        check_range("n_roi_maps", self.n_roi_maps, 0, 100)
-        check_range("n_boot", self.n_boot, 10, 100000)
         if self.gamma_curve_random_seeds > self.n_random_layer_seeds:
             raise ConfigError("gamma_curve_random_seeds", self.gamma_curve_random_seeds,
                               f"at most n_random_layer_seeds={self.n_random_layer_seeds}")
-        check_range("gamma_curve_random_seeds", self.gamma_curve_random_seeds, 0, 100)
 
     def validate_data(self, limits: ModelLimits) -> None:
         super().validate_data(limits)

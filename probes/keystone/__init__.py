@@ -8,9 +8,9 @@ any heavy import). The run itself is `probes.keystone.probe:run`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated, Literal
 
-from interp.config import ModelLimits, ProbeConfig, check_range
+from interp.config import ModelLimits, ProbeConfig, Range, Subset
 from interp.data import check_source, read_jsonl
 from interp.errors import ConfigError
 from interp.registry import probe
@@ -28,42 +28,42 @@ class SFTConfig:
     mode: Literal["strict", "paper"] = "strict"
     """strict: only the slices change (frozen entries restored after each step); paper: the released
     code's masking (only q/k/v/o/up/down gradients masked; gate, norms, embeddings stay trainable)."""
-    lr: float = 2e-4
+    lr: Annotated[float, Range(0.0, 1.0, lo_open=True)] = 2e-4
     """AdamW learning rate of every variant (the headline metrics are at this lr)."""
-    lr_sweep: tuple[float, ...] = ()
+    lr_sweep: tuple[Annotated[float, Range(0.0, 1.0, lo_open=True)], ...] = ()
     """Extra learning rates for the sparse variants (keystone, random, mask_keystone), each trained from the original
     weights on the same data order: sparse updates may need larger steps than full fine-tuning (full runs at lr)."""
-    eval_every: int = 0
+    eval_every: Annotated[int, Range(0, 100000)] = 0
     """Also score held-out accuracy and broad perplexity every this many optimizer steps (0: after training only),
     so that gains can be compared on the same steps and full fine-tuning's plateau seen (`sft_evals`)."""
-    epochs: int = 2
+    epochs: Annotated[int, Range(1, 100)] = 2
     """Passes over the training examples."""
-    batch: int = 8
+    batch: Annotated[int, Range(1, 4096)] = 8
     """Examples per optimizer step (gradient accumulation over micro_batch)."""
-    micro_batch: int = 8
+    micro_batch: Annotated[int, Range(1, 4096)] = 8
     """Examples per forward/backward (memory knob; the batch is accumulated)."""
-    warmup_frac: float = 0.03
+    warmup_frac: Annotated[float, Range(0.0, 1.0)] = 0.03
     """Linear warmup over ceil(warmup_frac * steps) steps (the released trainer's warmup_ratio)."""
     schedule: Literal["linear", "cosine"] = "linear"
     """Decay after warmup: linear to 0 (the HF Trainer default the released code runs) or cosine (the project's
     earlier choice)."""
-    max_grad_norm: float = 1.0
+    max_grad_norm: Annotated[float, Range(0.0, 1e6)] = 1.0
     """Clip the global gradient norm (of the masked gradients) to this value, the HF Trainer default; 0 disables."""
-    weight_decay: float = 0.01
+    weight_decay: Annotated[float, Range(0.0, 1.0)] = 0.01
     """AdamW decoupled weight decay (on weights only: the HF Trainer exempts biases and norms)."""
     decay_all: bool = False
     """Decay every trainable parameter, norms and biases included (the project's earlier choice)."""
-    n_train: int = 80
+    n_train: Annotated[int, Range(1, 100000)] = 80
     """Training examples (two-step arithmetic word problems)."""
-    n_eval: int = 60
+    n_eval: Annotated[int, Range(1, 100000)] = 60
     """Held-out examples scored by exact match of the final integer."""
-    max_len: int = 256
+    max_len: Annotated[int, Range(16, 131072)] = 256
     """Longest training sequence in tokens (longer ones are an error)."""
-    eval_batch: int = 20
+    eval_batch: Annotated[int, Range(1, 4096)] = 20
     """Held-out items decoded per batch (left padding, explicit position ids)."""
-    max_new_tokens: int = 32
+    max_new_tokens: Annotated[int, Range(1, 4096)] = 32
     """Greedy decoding budget for the held-out answers."""
-    variants: tuple[str, ...] = ("keystone", "random", "full")
+    variants: Annotated[tuple[str, ...], Subset(SFT_VARIANTS, repeats=True)] = ("keystone", "random", "full")
     """Any of keystone, random, full, mask_keystone."""
 
 
@@ -75,19 +75,19 @@ class KeystoneConfig(ProbeConfig):
     prompt_source: str = "builtin"
     """"builtin" (four capability prompts plus generated disjoint groups) or a JSONL file of
     {id, capability, prompt[, group]} rows; a repeated prompt is an error (the groups must be disjoint)."""
-    n_groups: int = 3
+    n_groups: Annotated[int, Range(2, 10)] = 3
     """Disjoint prompt groups (one prompt per capability each) for the stability measure."""
-    max_new_tokens: int = 192
+    max_new_tokens: Annotated[int, Range(16, 16000)] = 192
     """Greedy tokens generated per prompt (stops earlier at EOS / end of turn)."""
-    repetition_penalty: float = 1.1
+    repetition_penalty: Annotated[float, Range(1.0, 10.0)] = 1.1
     """Penalty on tokens among the last `penalty_window` generated tokens (1.0 disables)."""
-    penalty_window: int = 64
+    penalty_window: Annotated[int, Range(1, 100000)] = 64
     """How many of the latest generated tokens the repetition penalty looks at."""
-    neuron_types: tuple[str, ...] = NEURON_TYPES
+    neuron_types: Annotated[tuple[str, ...], Subset(NEURON_TYPES)] = NEURON_TYPES
     """Any subset of fwd_up, fwd_down, attn_q, attn_k, attn_v, attn_o."""
-    top_p: float = 0.005
+    top_p: Annotated[float, Range(0.0, 1.0, lo_open=True)] = 0.005
     """Fraction p of neurons per layer and type kept for each prompt."""
-    p_sweep: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02)
+    p_sweep: tuple[Annotated[float, Range(0.0, 1.0, lo_open=True)], ...] = (0.001, 0.002, 0.005, 0.01, 0.02)
     """Values of p re-selected from the recorded means (perplexity only); top_p is always included."""
     selection_mode: Literal["per_layer", "global_per_type", "global"] = "per_layer"
     """per_layer (the paper), global_per_type (one ranking per type), global (mixes type scales; keeps
@@ -97,30 +97,31 @@ class KeystoneConfig(ProbeConfig):
     max(1, int(n_heads * d_head * p)), then the distinct KV rows) or native (the KV width, n_kv * d_head)."""
     recording: Literal["teacher_forced", "per_step"] = "teacher_forced"
     """teacher_forced: one pass per prompt; per_step: the paper's no-cache re-run per token (slow)."""
-    tf_check_tokens: int = 24
+    tf_check_tokens: Annotated[int, Range(8, 128)] = 24
     """Tokens of the first prompt recorded both ways for the equality check (always runs)."""
-    n_random_seeds: int = 5
-    """Matched random sets (sampled per cell from the non-keystone neurons); at least 5."""
-    n_highnorm_seeds: int = 3
+    n_random_seeds: Annotated[int, Range(5, 100)] = 5
+    """Matched random sets (sampled per cell from the non-keystone neurons); at least 5 (the median of the random
+    control)."""
+    n_highnorm_seeds: Annotated[int, Range(1, 100)] = 3
     """Matched sets sampled from each cell's highest-weight-norm non-keystone neurons."""
-    highnorm_pool_frac: float = 0.05
+    highnorm_pool_frac: Annotated[float, Range(0.0, 1.0, lo_open=True)] = 0.05
     """High-norm pool per cell: the top max(5*count, ceil(frac*n)) neurons by weight norm."""
-    n_swap_seeds: int = 3
+    n_swap_seeds: Annotated[int, Range(1, 100)] = 3
     """Swap controls: random same-cell neurons' weight slices copied into the keystone slots."""
     ppl_corpus: str = "builtin"
     """"builtin" (the held-out split of the project's corpus) or a text/JSONL file."""
-    ppl_seqs: int = 16
+    ppl_seqs: Annotated[int, Range(1, 100000)] = 16
     """Perplexity sequences (raw text; position 0 is the first text token, or the BOS)."""
-    ppl_len: int = 128
+    ppl_len: Annotated[int, Range(4, 131072)] = 128
     """Tokens per perplexity sequence."""
-    massive_test_seqs: int = 4
+    massive_test_seqs: Annotated[int, Range(1, 100000)] = 4
     """Sequences of the single-unit position-0 test (the first perplexity sequences)."""
-    massive_test_len: int = 32
+    massive_test_len: Annotated[int, Range(1, 131072)] = 32
     """Tokens of each sequence in the single-unit position-0 test."""
     task_suite: str = "builtin"
     """"builtin" (addition, capitals, sequences) or a JSONL file of {task, prompt, answer} rows (repeated prompts
     are kept, each counting, with a warning)."""
-    task_items: int = 150
+    task_items: Annotated[int, Range(3, 100000)] = 150
     """Task-suite items, split evenly across the tasks."""
     zero_bias: bool = False
     """Also zero (and, in SFT, mask) the bias entry of a row neuron; false: edit .weight only and train every bias,
@@ -172,64 +173,17 @@ class KeystoneConfig(ProbeConfig):
         super().validate()
         if not self.prompt_source.strip():
             raise ConfigError("prompt_source", self.prompt_source, '"builtin" or a JSONL file')
-        check_range("n_groups", self.n_groups, 2, 10)
-        check_range("max_new_tokens", self.max_new_tokens, 16, 16000)
-        check_range("repetition_penalty", self.repetition_penalty, 1.0, 10.0)
-        check_range("penalty_window", self.penalty_window, 1, 100000)
-        if not self.neuron_types:
-            allowed = "a non-empty subset of " + ", ".join(NEURON_TYPES)
-            raise ConfigError("neuron_types", list(self.neuron_types), allowed)
-        for t in self.neuron_types:
-            if t not in NEURON_TYPES:
-                raise ConfigError("neuron_types", t, "one of " + ", ".join(NEURON_TYPES))
-        if len(set(self.neuron_types)) != len(self.neuron_types):
-            raise ConfigError("neuron_types", list(self.neuron_types), "each type at most once")
-        check_range("top_p", self.top_p, 0.0, 1.0, lo_open=True)
-        for p in self.p_sweep:
-            check_range("p_sweep", p, 0.0, 1.0, lo_open=True)
-        check_range("tf_check_tokens", self.tf_check_tokens, 8, 128)
-        if self.n_random_seeds < 5:
-            raise ConfigError("n_random_seeds", self.n_random_seeds, "at least 5 (the median of the random control)")
-        check_range("n_random_seeds", self.n_random_seeds, 5, 100)
-        check_range("n_highnorm_seeds", self.n_highnorm_seeds, 1, 100)
-        check_range("highnorm_pool_frac", self.highnorm_pool_frac, 0.0, 1.0, lo_open=True)
-        check_range("n_swap_seeds", self.n_swap_seeds, 1, 100)
         if not self.ppl_corpus.strip():
             raise ConfigError("ppl_corpus", self.ppl_corpus, '"builtin" or a text file')
-        check_range("ppl_seqs", self.ppl_seqs, 1, 100000)
-        check_range("ppl_len", self.ppl_len, 4, 131072)
-        check_range("massive_test_seqs", self.massive_test_seqs, 1, 100000)
-        check_range("massive_test_len", self.massive_test_len, 1, 131072)
         if self.massive_test_seqs > self.ppl_seqs:
             raise ConfigError("massive_test_seqs", self.massive_test_seqs, f"at most ppl_seqs={self.ppl_seqs}")
         if self.massive_test_len > self.ppl_len:
             raise ConfigError("massive_test_len", self.massive_test_len, f"at most ppl_len={self.ppl_len}")
         if not self.task_suite.strip():
             raise ConfigError("task_suite", self.task_suite, '"builtin" or a JSONL file')
-        check_range("task_items", self.task_items, 3, 100000)
         s = self.sft
-        check_range("sft.lr", s.lr, 0.0, 1.0, lo_open=True)
-        check_range("sft.epochs", s.epochs, 1, 100)
-        check_range("sft.batch", s.batch, 1, 4096)
-        check_range("sft.micro_batch", s.micro_batch, 1, 4096)
         if s.batch % s.micro_batch:
             raise ConfigError("sft.micro_batch", s.micro_batch, f"a divisor of sft.batch={s.batch}")
-        check_range("sft.warmup_frac", s.warmup_frac, 0.0, 1.0)
-        check_range("sft.weight_decay", s.weight_decay, 0.0, 1.0)
-        check_range("sft.max_grad_norm", s.max_grad_norm, 0.0, 1e6)
-        for lr in s.lr_sweep:
-            check_range("sft.lr_sweep", lr, 0.0, 1.0, lo_open=True)
-        check_range("sft.eval_every", s.eval_every, 0, 100000)
-        check_range("sft.n_train", s.n_train, 1, 100000)
-        check_range("sft.n_eval", s.n_eval, 1, 100000)
-        check_range("sft.max_len", s.max_len, 16, 131072)
-        check_range("sft.eval_batch", s.eval_batch, 1, 4096)
-        check_range("sft.max_new_tokens", s.max_new_tokens, 1, 4096)
-        if not s.variants:
-            raise ConfigError("sft.variants", list(s.variants), "a non-empty subset of " + ", ".join(SFT_VARIANTS))
-        for v in s.variants:
-            if v not in SFT_VARIANTS:
-                raise ConfigError("sft.variants", v, "one of " + ", ".join(SFT_VARIANTS))
         if not s.enable and not self.ablation:
             raise ConfigError("ablation", self.ablation, "true unless sft.enable is true (nothing would be measured)")
 

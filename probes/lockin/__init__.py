@@ -8,9 +8,9 @@ phrases "trajectory lock-in", "drift paradox" and "spectral bifurcation" and fro
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
-from interp.config import ProbeConfig, check_range
+from interp.config import ProbeConfig, Range
 from interp.errors import ConfigError
 from interp.registry import probe
 
@@ -35,19 +35,19 @@ class LockinConfig(ProbeConfig):
     curvature and every check stay float32). auto: bfloat16 on CUDA or a CPU with native bf16, else float32."""
     grid: Literal["smoke", "full", "quick", "micro"] = "smoke"
     """Run grid: smoke (7 runs, CPU), full (GPU, 2 seeds), quick (3 runs), micro (2 runs)."""
-    steps: int = 150
+    steps: Annotated[int, Range(1, 1_000_000)] = 150
     """Optimizer steps per run."""
     log_every: int = 10
     """Log (losses, drift, subspace, harm) every this many steps; step 0 and the last step are logged too."""
-    batch_seqs: int = 8
+    batch_seqs: Annotated[int, Range(1, 4096)] = 8
     """Training sequences per step."""
     batch_positions: int = 32
     """Positions sampled per training sequence and step (from 1 .. seq_len - 2; each predicts the next token)."""
-    seq_len: int = 64
+    seq_len: Annotated[int, Range(8, 4096)] = 64
     """Tokens per training / evaluation sequence."""
-    train_seqs: int = 300
+    train_seqs: Annotated[int, Range(1, 1_000_000)] = 300
     """Cached narrow training sequences (the data order cycles through them)."""
-    warmup_frac: float = 0.0
+    warmup_frac: Annotated[float, Range(0.0, 1.0, hi_open=True)] = 0.0
     """Linear learning-rate warmup as a fraction of the steps (0 = constant lr, which isolates rates)."""
     broad_eval_positions: int = 1024
     """Fixed broad-evaluation positions (16 per sequence of the general corpus, all >= 1)."""
@@ -55,37 +55,37 @@ class LockinConfig(ProbeConfig):
     """Fixed held-out narrow positions (16 per held-out sequence, all >= 1)."""
     curvature: Literal["ggn", "hessian", "empirical_fisher"] = "ggn"
     """Broad curvature operator: ggn (= true Fisher, PSD, no labels), hessian, or empirical_fisher."""
-    k_stiff: int = 8
+    k_stiff: Annotated[int, Range(1, 1024)] = 8
     """Top eigenpairs of the broad curvature at theta_0 (the stiff subspace V_k)."""
     lanczos_iters: int = 30
     """Lanczos steps (full reorthogonalisation, restart on breakdown); also the power-iteration cap."""
-    refresh_every: int = 0
+    refresh_every: Annotated[int, Range(0, 1_000_000)] = 0
     """Recompute the stiff subspace along each run every this many steps (0 = theta_0 only)."""
-    window_W: int = 10
+    window_W: Annotated[int, Range(2, 1000)] = 10
     """Updates stacked for the effective update subspace U_t."""
-    energy_frac: float = 0.9
+    energy_frac: Annotated[float, Range(0.0, 1.0, lo_open=True)] = 0.9
     """Fraction of the squared singular values of U_t that the basis V_t covers."""
-    tau: int = 10
+    tau: Annotated[int, Range(1, 1_000_000)] = 10
     """Lag (steps) for overlap and principal angles of V_t against V_{t-tau}."""
-    fisher_m: int = 16
+    fisher_m: Annotated[int, Range(1, 4096)] = 16
     """Per-example broad gradients for the empirical-Fisher projected curvature C_t."""
-    fisher_every: int = 30
+    fisher_every: Annotated[int, Range(0, 1_000_000)] = 30
     """Steps between empirical-Fisher C_t (0 = off)."""
-    early_frac: float = 0.2
+    early_frac: Annotated[float, Range(0.0, 1.0, lo_open=True)] = 0.2
     """The harm signal is the predicted degradation at step ceil(early_frac * steps)."""
-    lora_rank: int = 4
+    lora_rank: Annotated[int, Range(1, 4096)] = 4
     """Rank of the LoRA run (on gate/up/down of the slice)."""
-    lora_lr: float = 1e-3
+    lora_lr: Annotated[float, Range(0.0, 1.0, lo_open=True)] = 1e-3
     """Learning rate of the LoRA run."""
     exact_curvature_drift: bool = False
     """Also log D^T G D (one curvature product per log) and use it in the paradox test (GPU)."""
     overhead: bool = True
     """Measure the probes' per-step overhead (50 steps off, then 50 on) on the base configuration."""
-    overhead_steps: int = 50
+    overhead_steps: Annotated[int, Range(2, 100_000)] = 50
     """Steps of each half of the overhead measurement."""
     synthetic: bool = True
     """Run the quadratic ground truth (Acceptance A) before the model runs."""
-    heatmap_mb: int = 1024
+    heatmap_mb: Annotated[int, Range(0, 1_000_000)] = 1024
     """Memory cap (MB, float16) for the stored update bases behind the checkpoint-overlap heatmap."""
 
     CONTEXT_FIELDS = ("seq_len",)
@@ -120,30 +120,13 @@ class LockinConfig(ProbeConfig):
 
     def validate(self) -> None:
         super().validate()
-        check_range("steps", self.steps, 1, 1_000_000)
-        check_range("log_every", self.log_every, 1, self.steps)
-        check_range("batch_seqs", self.batch_seqs, 1, 4096)
-        check_range("seq_len", self.seq_len, 8, 4096)
-        check_range("batch_positions", self.batch_positions, 1, self.seq_len - 2)
-        check_range("train_seqs", self.train_seqs, 1, 1_000_000)
-        check_range("warmup_frac", self.warmup_frac, 0.0, 1.0, hi_open=True)
+        Range(1, self.steps).check("log_every", self.log_every)
+        Range(1, self.seq_len - 2).check("batch_positions", self.batch_positions)
+        Range(self.k_stiff + 1, 10_000).check("lanczos_iters", self.lanczos_iters)
         for name in ("broad_eval_positions", "narrow_eval_positions"):
             value = getattr(self, name)
             if value < 16 or value % 16:
                 raise ConfigError(name, value, "a positive multiple of 16 (16 positions per sequence)")
-        check_range("k_stiff", self.k_stiff, 1, 1024)
-        check_range("lanczos_iters", self.lanczos_iters, self.k_stiff + 1, 10_000)
-        check_range("refresh_every", self.refresh_every, 0, 1_000_000)
-        check_range("window_W", self.window_W, 2, 1000)
-        check_range("energy_frac", self.energy_frac, 0.0, 1.0, lo_open=True)
-        check_range("tau", self.tau, 1, 1_000_000)
-        check_range("fisher_m", self.fisher_m, 1, 4096)
-        check_range("fisher_every", self.fisher_every, 0, 1_000_000)
-        check_range("early_frac", self.early_frac, 0.0, 1.0, lo_open=True)
-        check_range("lora_rank", self.lora_rank, 1, 4096)
-        check_range("lora_lr", self.lora_lr, 0.0, 1.0, lo_open=True)
-        check_range("overhead_steps", self.overhead_steps, 2, 100_000)
-        check_range("heatmap_mb", self.heatmap_mb, 0, 1_000_000)
         if self.grid == "full" and self.k_stiff < 32:
             raise ConfigError("k_stiff", self.k_stiff, "at least 32 with grid=full (it projects off k = 8 and 32)")
         if self.curvature == "empirical_fisher" and self.fisher_m < 2:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
-from interp.config import ModelLimits, ProbeConfig, check_range
+from interp.config import ModelLimits, ProbeConfig, Range
 from interp.errors import ConfigError
 from interp.registry import probe
 
@@ -18,9 +19,9 @@ class LogitLensConfig(ProbeConfig):
     """Raw text to read (no chat template unless `chat` is true)."""
     chat: bool = False
     """Wrap the prompt in the model's chat template (user turn, generation prompt)."""
-    top_k: int = 5
+    top_k: Annotated[int, Range(1, 100)] = 5
     """Tokens kept per layer and position."""
-    max_tokens: int = 256
+    max_tokens: Annotated[int, Range(1, 8192)] = 256
     """Longest prompt accepted, in tokens (longer prompts are an error, not truncated); at most the model's context."""
 
     CONTEXT_FIELDS = ("max_tokens",)
@@ -29,8 +30,6 @@ class LogitLensConfig(ProbeConfig):
         super().validate()
         if not self.prompt.strip():
             raise ConfigError("prompt", self.prompt, "a non-empty text")
-        check_range("top_k", self.top_k, 1, 100)
-        check_range("max_tokens", self.max_tokens, 1, 8192)
 
     def validate_data(self, limits: ModelLimits) -> None:
         super().validate_data(limits)

@@ -8,9 +8,9 @@ This module is torch-free: the config, its sizes and its pre-load checks. The ru
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
-from interp.config import ModelLimits, ProbeConfig, check_range
+from interp.config import ModelLimits, ProbeConfig, Range, Subset
 from interp.errors import ConfigError
 from interp.registry import probe
 
@@ -29,22 +29,22 @@ class PatchingConfig(ProbeConfig):
     """Built-in pairs (when `data` is not set): ioi (indirect object), factual (landmark -> city), capital."""
     data: str | None = None
     """A JSONL file of pairs, one object a line with clean, corrupt, answer, wrong (overrides `task`)."""
-    n_pairs: int = 4
+    n_pairs: Annotated[int, Range(1, 1000)] = 4
     """Pairs patched (the first n of `data`)."""
     metric: Literal["logit_diff", "prob", "loss"] = "logit_diff"
     """At the last position: logit(answer) - logit(wrong), p(answer), or -log p(answer)."""
-    sites: tuple[str, ...] = SITES
+    sites: Annotated[tuple[str, ...], Subset(SITES)] = SITES
     """Any of resid_pre, attn_out, mlp_out (by layer x position) and z (by layer x head, all positions)."""
     z_by_position: bool = False
     """Also patch each head's z at each position (a layer x head x position grid)."""
     layers: tuple[int | str, ...] = ()
     """Layers swept (negative counts from the end; "@0.5" is a depth fraction); empty: every `layer_stride`-th
     layer and the last."""
-    layer_stride: int = 1
+    layer_stride: Annotated[int, Range(1, 1000)] = 1
     """With `layers` empty: sweep layers 0, k, 2k, ... and the last one."""
-    batch_size: int = 192
+    batch_size: Annotated[int, Range(1, 65536)] = 192
     """Patched rows per forward pass (each row is one cell of a grid)."""
-    top_k: int = 10
+    top_k: Annotated[int, Range(1, 1000)] = 10
     """Components in the top table and in the top-k overlap of attribution and activation patching."""
 
     SIZE_PRESETS = {
@@ -56,21 +56,10 @@ class PatchingConfig(ProbeConfig):
         super().validate()
         if self.task not in TASKS:
             raise ConfigError("task", self.task, "one of " + ", ".join(TASKS))
-        check_range("n_pairs", self.n_pairs, 1, 1000)
-        if not self.sites:
-            raise ConfigError("sites", list(self.sites), "at least one of " + ", ".join(SITES))
-        for s in self.sites:
-            if s not in SITES:
-                raise ConfigError("sites", s, "one of " + ", ".join(SITES))
-        if len(set(self.sites)) != len(self.sites):
-            raise ConfigError("sites", list(self.sites), "distinct site names")
         if self.z_by_position and "z" not in self.sites:
             raise ConfigError("z_by_position", True, "z among the sites")
         if len(set(self.layers)) != len(self.layers):
             raise ConfigError("layers", list(self.layers), "distinct layer indices")
-        check_range("layer_stride", self.layer_stride, 1, 1000)
-        check_range("batch_size", self.batch_size, 1, 65536)
-        check_range("top_k", self.top_k, 1, 1000)
 
     LAYER_FIELDS = ("layers",)
 

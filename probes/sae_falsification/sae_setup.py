@@ -38,56 +38,56 @@ from .acts import valid_positions
 def obtain_sae(model, cfg, train_seqs: Sequence[Sequence[int]], data_key: str, progress: bool = False):
     """(sae, site, info): the configured SAE and the Site its config names.
 
-    cfg.sae == "train": a TopK SAE (toolkit loop; W_enc = W_dec^T at init, b_dec = the data mean, unit-norm
+    cfg.sae.source == "train": a TopK SAE (toolkit loop; W_enc = W_dec^T at init, b_dec = the data mean, unit-norm
     decoder rows, Adam at a constant lr, normalised MSE plus the AuxK dead-latent loss) on the activations of
     `train_seqs`, from the cache when the model, hook, training config and data key match. Otherwise any spec of
     `interp.load_sae` (a SAELens directory, a run directory, `saelens:<release>/<sae_id>` online) loaded as it is.
     """
-    if cfg.sae == "train":
-        site = parse_site(cfg.sae_hook)
-        steps = max(1, math.ceil(cfg.sae_train_tokens * cfg.sae_epochs / cfg.sae_batch))
-        tcfg = SAETrainConfig(architecture="topk", d_sae=cfg.sae_d_sae, k=cfg.sae_k, steps=steps, batch=cfg.sae_batch,
+    if cfg.sae.source == "train":
+        site = parse_site(cfg.sae.hook)
+        steps = max(1, math.ceil(cfg.sae.train_tokens * cfg.sae_epochs / cfg.sae_batch))
+        tcfg = SAETrainConfig(architecture="topk", d_sae=cfg.sae.d_sae, k=cfg.sae_k, steps=steps, batch=cfg.sae_batch,
                               lr=cfg.sae_lr, lr_schedule="constant", init_b_dec="mean", calibrate_l0=False,
                               seed=cfg.seed, **auxk(cfg))
         meta = sae_metadata(model, site, context_size=cfg.seq_len, dataset="sae_falsification training mix")
-        acts = lambda: training_activations(model, site, train_seqs, cfg.sae_train_tokens, cfg.batch_size,  # noqa: E731
+        acts = lambda: training_activations(model, site, train_seqs, cfg.sae.train_tokens, cfg.batch_size,  # noqa: E731
                                             progress)
-        if cfg.sae_cache:
+        if cfg.sae.cache:
             sae, hit = cached_sae(model, site, tcfg, acts, data_key, metadata=meta, progress=progress)
         else:
             sae, hit = train_sae(acts(), tcfg, metadata=meta, progress=progress), False
         return sae, sae_site(sae), {"sae_source": "train", "sae_from_cache": hit, "sae_train_steps": steps}
-    sae = load_external(cfg.sae)
+    sae = load_external(cfg.sae.source)
     try:
         site = sae_site(sae)
     except ValueError as e:
-        raise ConfigError("sae", cfg.sae, f"an SAE whose config names its hook ({e})") from None
+        raise ConfigError("sae.source", cfg.sae.source, f"an SAE whose config names its hook ({e})") from None
     model.check_site(site)
     if sae.cfg.d_in != model.info.d_model or site.units != "d_model":
-        raise ConfigError("sae", cfg.sae, f"an SAE on a d_model={model.info.d_model} site of {model.info.name} "
-                          f"(this one reads {sae.cfg.d_in} dims at {site})")
-    return sae, site, {"sae_source": cfg.sae, "sae_from_cache": False, "sae_train_steps": 0}
+        raise ConfigError("sae.source", cfg.sae.source, f"an SAE on a d_model={model.info.d_model} site of "
+                          f"{model.info.name} (this one reads {sae.cfg.d_in} dims at {site})")
+    return sae, site, {"sae_source": cfg.sae.source, "sae_from_cache": False, "sae_train_steps": 0}
 
 
 def auxk(cfg) -> dict:
     """The AuxK fields of the training config (empty where the core's SAETrainConfig predates them)."""
     if "aux_k" not in SAETrainConfig.__dataclass_fields__:
         return {}
-    return {"aux_k": min(cfg.sae_aux_k, cfg.sae_d_sae), "aux_coeff": cfg.sae_aux_coeff,
+    return {"aux_k": min(cfg.sae_aux_k, cfg.sae.d_sae), "aux_coeff": cfg.sae_aux_coeff,
             "aux_dead_tokens": cfg.sae_aux_dead_tokens}
 
 
 def load_external(spec: str):
     """The SAE `spec` names, through `interp.load_sae`: a SAELens directory, a run directory holding an SAE (e.g.
     atoms'), or `saelens:<release>/<sae_id>` (INTERP_ONLINE=1 only)."""
-    from interp.sae_source import load_sae as load_spec
+    from interp.sae.source import load_sae as load_spec
 
-    return load_spec(spec, field="sae")
+    return load_spec(spec, field="sae.source")
 
 
 def data_key(model, cfg, train_texts_sha: str) -> str:
     """What the training buffer depends on (enters the SAE cache key)."""
-    blob = {"texts": train_texts_sha, "tokens": cfg.sae_train_tokens, "seq_len": cfg.seq_len, "skip_first": 1,
+    blob = {"texts": train_texts_sha, "tokens": cfg.sae.train_tokens, "seq_len": cfg.seq_len, "skip_first": 1,
             "tokenizer": type(model.tokenizer).__name__, "v": 1}
     return json.dumps(blob, sort_keys=True)
 

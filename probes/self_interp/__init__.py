@@ -6,10 +6,10 @@ config is validated before any model loads.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Annotated, Literal
 
-from interp.config import ModelLimits, ProbeConfig, check_range
+from interp.config import ModelLimits, ProbeConfig, Range, SAESource, Subset
 from interp.data import read_jsonl
 from interp.errors import ConfigError
 from interp.registry import probe
@@ -27,19 +27,19 @@ class SelfInterpConfig(ProbeConfig):
     layer: int | str | None = None
     """Residual after block `layer` (resid_post) at the last token: an index (negative from the last layer), a depth
     fraction ("@0.8"), or None = round(0.8 * n_layers) (24 on SmolLM2)."""
-    layer_sweep: tuple[float, ...] = (0.4, 0.6, 0.8, 0.9)
+    layer_sweep: tuple[Annotated[float, Range(0)], ...] = (0.4, 0.6, 0.8, 0.9)
     """Layers for recall by layer (identity, scalar_affine, logit lens): a value < 1 is a fraction of n_layers,
     else a layer index; () skips the sweep. (0.4, 0.6, 0.8, 0.9) is [12, 18, 24, 27] on SmolLM2."""
     topics_file: str | None = None
     """JSONL of {topic, category, aliases} rows replacing the built-in 500-topic list (a topic repeated, in any case,
     is used once, with a warning)."""
-    heldout_frac: float = 0.25
+    heldout_frac: Annotated[float, Range(0.0, 0.5, lo_open=True)] = 0.25
     """Within each category, the first ceil(frac * n_c) kept topics (in shuffled order) are held out (100 of the
     default 400)."""
-    topic_cap: int | None = 400
+    topic_cap: Annotated[int, Range(20)] | None = 400
     """Keep floor(cap * n_c / N) topics per category from the same shuffle (CPU budget: 400 of the built-in 500,
     16 per category); None keeps all."""
-    val_frac: float = 0.1
+    val_frac: Annotated[float, Range(0.0, 0.5, lo_open=True)] = 0.1
     """Share of the training topics used for validation (identity scale and early model choice)."""
     placeholder: str | None = None
     """Placeholder token; None = the first single token of a preference list absent from the template."""
@@ -47,51 +47,52 @@ class SelfInterpConfig(ProbeConfig):
     """System turn of the injection template: none (the reference's hand-written template has none) or default
     (the chat template's default system prompt, which SmolLM2 inserts). The topic prompt keeps the default, as the
     reference's extraction renders it with the chat template."""
-    variants: tuple[str, ...] = ("identity", "scale_only", "bias_only", "scalar_affine", "low_rank", "full_rank")
+    variants: Annotated[tuple[str, ...], Subset(VARIANTS, repeats=True)] = ("identity", "scale_only", "bias_only",
+                                                                           "scalar_affine", "low_rank", "full_rank")
     """Adapters to train and evaluate (identity, scale_only, bias_only, scalar_affine, low_rank, full_rank,
     low_rank_only)."""
-    controls: tuple[str, ...] = CONTROLS
+    controls: Annotated[tuple[str, ...], Subset(CONTROLS, empty=True, repeats=True)] = CONTROLS
     """shuffled (scalar_affine on permuted pairs) and embed (scalar_affine on token-embedding vectors)."""
-    low_rank_rank: int = 8
+    low_rank_rank: Annotated[int, Range(1, 4096)] = 8
     """Rank r of the low-rank term U (V^T v)."""
-    low_rank_init: float = 0.01
+    low_rank_init: Annotated[float, Range(0.0)] = 0.01
     """U and V are drawn with std init_scale * low_rank_init / sqrt(r) (the reference's, with init_scale the initial
     exp(s) in absolute units)."""
-    identity_scales: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+    identity_scales: tuple[Annotated[float, Range(0, lo_open=True)], ...] = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
     """Identity-injection scales, in multiples of the median token-embedding norm; the best by validation loss is s*."""
-    init_scale: float | None = 2.0
+    init_scale: Annotated[float, Range(0.0, lo_open=True)] | None = 2.0
     """Initial exp(s) of trained adapters, in multiples of the median token-embedding norm; None = s*."""
-    lr: float = 1e-2
+    lr: Annotated[float, Range(0.0, 10.0, lo_open=True)] = 1e-2
     """AdamW learning rate."""
-    weight_decay: float = 0.01
+    weight_decay: Annotated[float, Range(0.0, 1.0)] = 0.01
     """AdamW weight decay of bias, U, V and A (none on log_scale, as in the reference)."""
-    epochs: int = 2
+    epochs: Annotated[int, Range(1, 100)] = 2
     """Passes over the training pairs."""
-    batch_size: int = 16
+    batch_size: Annotated[int, Range(1, 4096)] = 16
     """Pairs per optimiser step (80 on GPU in the paper)."""
-    clip: float = 0.5
+    clip: Annotated[float, Range(0.0, lo_open=True)] = 0.5
     """Gradient-norm clip."""
-    warmup: int = 10
+    warmup: Annotated[int, Range(0, 10_000)] = 10
     """Linear warmup steps (from 1e-6 x lr, as the reference's LinearLR) before the cosine decay; a run of at most
     `warmup` steps warms up over its first third instead."""
-    loss_clamp: float = 100.0
+    loss_clamp: Annotated[float, Range(0.0, lo_open=True)] = 100.0
     """Each target token's cross-entropy is clamped at this value."""
-    eval_every: int = 5
+    eval_every: Annotated[int, Range(1, 100_000)] = 5
     """Validation loss every this many steps (and at the end); the best state is kept."""
-    max_label_tokens: int = 16
+    max_label_tokens: Annotated[int, Range(1, 256)] = 16
     """Greedy decoding budget for a generated label (stops at a quote or end-of-turn)."""
     retrieval_scorer: Literal["auto", "exact", "embedding", "lexical"] = "auto"
     """Ranking of topics against a label: exact matches first, then the packaged sentence embedder
     (auto = embedding when installed, else lexical character n-grams)."""
-    train_recall_sample: int = 60
+    train_recall_sample: Annotated[int, Range(0, 100_000)] = 60
     """Training topics (not validation) whose labels are generated to measure train recall; 0 = none."""
     scale_recall: bool = True
     """Also generate held-out labels at every identity scale (recall against the scale, for the sweep plot)."""
-    embed_control_epochs: int = 1
+    embed_control_epochs: Annotated[int, Range(1, 100)] = 1
     """Epochs of the embedding-vector positive control."""
-    logit_lens_top: int = 50
+    logit_lens_top: Annotated[int, Range(10, 10_000)] = 50
     """Top tokens of the logit-lens readout scanned for its ten distinct topic guesses."""
-    bootstrap: int = 1000
+    bootstrap: Annotated[int, Range(10, 100_000)] = 1000
     """Bootstrap resamples for the recall confidence intervals."""
     prefix_cache: bool = True
     """Reuse the KV of the constant template prefix in training and decoding."""
@@ -99,30 +100,27 @@ class SelfInterpConfig(ProbeConfig):
     """Autocast dtype of the frozen model's matmuls while adapters train, validate and decode labels (vector
     extraction, the adapters, losses and the prefix-cache check stay float32). auto: bfloat16 where it runs
     natively (CUDA, CPUs with AVX512-BF16/AMX; about 2x faster here), else float32."""
-    extract_batch: int = 32
+    extract_batch: Annotated[int, Range(1, 4096)] = 32
     """Prompts per forward when extracting topic vectors."""
     sae_branch: Literal["off", "labels", "token_labels"] = "off"
     """SAE-feature labels: off; labels (from sae_labels_file); token_labels (offline stand-in labels)."""
     sae_labels_file: str | None = None
     """JSONL of {latent, label} rows; switches the SAE branch on (sae_branch=labels)."""
-    sae_max_latents: int = 20
+    sae_max_latents: Annotated[int, Range(1, 10_000)] = 20
     """Latents scored by generation in the SAE branch."""
     sae_variants: tuple[str, ...] = ("identity", "scalar_affine")
     """Adapters scored in the SAE branch (each must be trained)."""
-    sae_scales: tuple[float, ...] = (0.5, 0.8, 1.3, 2.1, 3.4, 5.5)
+    sae_scales: tuple[Annotated[float, Range(0, lo_open=True)], ...] = (0.5, 0.8, 1.3, 2.1, 3.4, 5.5)
     """Relative scales of the normalised decoder row (times the adapter's own scale)."""
-    sae_trials: int = 3
+    sae_trials: Annotated[int, Range(1, 100)] = 3
     """Conversations written per generated label (10 on GPU)."""
-    sae_temperature: float = 0.7
+    sae_temperature: Annotated[float, Range(0.0, 5.0, lo_open=True)] = 0.7
     """Sampling temperature of SAE-branch labels and conversations."""
-    sae: str | None = None
-    """An `interp.load_sae` spec of an SAE on resid_post of the adapter's layer (a SAELens directory, a run directory
-    holding an SAE such as atoms', saelens:<release>/<sae_id> online); None = the toolkit's cached SAE (trained once
-    if missing)."""
-    sae_tokens: int = 20000
+    sae: SAESource = field(default_factory=lambda: SAESource(cache=None, steps=600))
+    """The SAE on resid_post of the adapter's layer (so sae.hook is null): "train" is the toolkit's cached SAE (trained
+    once if missing: jumprelu, 4 x d_model latents, L0 16, on sae_tokens; always cached, so sae.cache is null)."""
+    sae_tokens: Annotated[int, Range(1000, 10_000_000)] = 20000
     """Built-in corpus tokens encoded to find top-activating tokens (and to train the SAE when none is cached)."""
-    sae_steps: int = 600
-    """Training steps of the toolkit SAE (jumprelu, 4 x d_model latents, L0 16) when none is cached."""
 
     SIZE_PRESETS = {
         "micro": {
@@ -160,58 +158,16 @@ class SelfInterpConfig(ProbeConfig):
 
     def validate(self) -> None:
         super().validate()
-        check_range("heldout_frac", self.heldout_frac, 0.0, 0.5, lo_open=True)
-        check_range("val_frac", self.val_frac, 0.0, 0.5, lo_open=True)
-        if self.topic_cap is not None:
-            check_range("topic_cap", self.topic_cap, 20, None)
-        for v in self.variants:
-            if v not in VARIANTS:
-                raise ConfigError("variants", v, "each one of " + ", ".join(VARIANTS))
-        if not self.variants:
-            raise ConfigError("variants", self.variants, "at least one variant")
-        for c in self.controls:
-            if c not in CONTROLS:
-                raise ConfigError("controls", c, "each one of " + ", ".join(CONTROLS))
-        if not self.identity_scales or any(s <= 0 for s in self.identity_scales):
+        if not self.identity_scales:
             raise ConfigError("identity_scales", self.identity_scales, "one or more positive multiples")
-        if self.init_scale is not None:
-            check_range("init_scale", self.init_scale, 0.0, None, lo_open=True)
-        check_range("low_rank_rank", self.low_rank_rank, 1, 4096)
-        check_range("low_rank_init", self.low_rank_init, 0.0, None)
-        check_range("lr", self.lr, 0.0, 10.0, lo_open=True)
-        check_range("weight_decay", self.weight_decay, 0.0, 1.0)
-        check_range("epochs", self.epochs, 1, 100)
-        check_range("batch_size", self.batch_size, 1, 4096)
-        check_range("clip", self.clip, 0.0, None, lo_open=True)
-        check_range("warmup", self.warmup, 0, 10_000)
-        check_range("loss_clamp", self.loss_clamp, 0.0, None, lo_open=True)
-        check_range("eval_every", self.eval_every, 1, 100_000)
-        check_range("max_label_tokens", self.max_label_tokens, 1, 256)
-        check_range("train_recall_sample", self.train_recall_sample, 0, 100_000)
-        check_range("embed_control_epochs", self.embed_control_epochs, 1, 100)
-        check_range("logit_lens_top", self.logit_lens_top, 10, 10_000)
-        check_range("bootstrap", self.bootstrap, 10, 100_000)
-        check_range("extract_batch", self.extract_batch, 1, 4096)
-        check_range("sae_max_latents", self.sae_max_latents, 1, 10_000)
-        check_range("sae_trials", self.sae_trials, 1, 100)
-        check_range("sae_temperature", self.sae_temperature, 0.0, 5.0, lo_open=True)
-        check_range("sae_tokens", self.sae_tokens, 1000, 10_000_000)
-        check_range("sae_steps", self.sae_steps, 1, 1_000_000)
-        if not self.sae_scales or any(s <= 0 for s in self.sae_scales):
+        if not self.sae_scales:
             raise ConfigError("sae_scales", self.sae_scales, "one or more positive relative scales")
-        if self.sae is not None:
-            from interp.sae_source import resolve_sae_spec
-
-            resolve_sae_spec(self.sae, "sae")
         if self.sae_on:
             missing = [v for v in self.sae_variants if v not in self.variants]
             if missing:
                 raise ConfigError("sae_variants", self.sae_variants, f"variants that are trained ({missing} are not)")
             if self.sae_branch == "labels" and self.sae_labels_file is None:
                 raise ConfigError("sae_labels_file", None, "a JSONL of {latent, label} rows when sae_branch=labels")
-        for x in self.layer_sweep:
-            if x < 0:
-                raise ConfigError("layer_sweep", x, "fractions in (0, 1) or layer indices >= 1")
 
     def validate_data(self, limits: ModelLimits) -> None:
         super().validate_data(limits)

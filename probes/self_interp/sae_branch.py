@@ -187,7 +187,7 @@ def _sae_and_tops(model, site: Site, cfg, ctx):
     """The SAE (cached, or trained on the built-in corpus) and each latent's top-activating (token, context)."""
     from interp.data import builtin_corpus, token_chunks
     from interp.sae import SAETrainConfig, cached_sae, collect_activations, encode
-    from interp.sae_source import load_sae as load_sae_spec
+    from interp.sae.source import load_sae as load_sae_spec
 
     seq_len = 64
     n_seqs = max(8, cfg.sae_tokens // seq_len)
@@ -200,14 +200,14 @@ def _sae_and_tops(model, site: Site, cfg, ctx):
 
     buf = collect_activations(model, batches(), {site: n_seqs * (seq_len - 1)}, skip_first=1)
     acts = buf.acts[site]
-    if cfg.sae:
-        sae = load_sae_spec(cfg.sae, device="cpu", field="sae")
+    if cfg.sae.source != "train":
+        sae = load_sae_spec(cfg.sae.source, device="cpu", field="sae.source")
         hook = sae.cfg.metadata.hook_name
         if hook != site.tl_name or sae.cfg.d_in != model.info.d_model:
-            raise ConfigError("sae", cfg.sae, f"an SAE on {site.tl_name} (d_in {model.info.d_model}), the "
-                              f"adapter's layer; this one reads {hook} (d_in {sae.cfg.d_in}): set layer to match")
+            raise ConfigError("sae.source", cfg.sae.source, f"an SAE on {site.tl_name} (d_in {model.info.d_model}), "
+                              f"the adapter's layer; this one reads {hook} (d_in {sae.cfg.d_in}): set layer to match")
     else:
-        tcfg = SAETrainConfig(architecture="jumprelu", d_sae=4 * model.info.d_model, steps=cfg.sae_steps, batch=1024,
+        tcfg = SAETrainConfig(architecture="jumprelu", d_sae=4 * model.info.d_model, steps=cfg.sae.steps, batch=1024,
                               target_l0=16.0, seed=cfg.seed)
         sae, _ = cached_sae(model, site, tcfg, data_fn=lambda: acts,
                             data_key=f"builtin:train seed0 {n_seqs}x{seq_len} skip1")

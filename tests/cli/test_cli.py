@@ -53,7 +53,7 @@ def test_list_models_and_help():
     r = cli("models")
     assert "smollm2-135m" in r.stdout and "gemma3-270m" in r.stdout
     r = cli("run", "logit_lens", "--help")
-    assert r.returncode == 0 and "top_k = 5" in r.stdout and "Tokens kept" in r.stdout
+    assert r.returncode == 0 and "top_k = 5  (in [1, 100])" in r.stdout and "Tokens kept" in r.stdout
 
 
 @pytest.mark.slow

@@ -22,8 +22,8 @@ _VOLATILE = re.compile(r"(^|_)(time|times|seconds|secs|wall|elapsed|overhead|spe
 PINNED: dict[str, dict[str, dict[str, Any]]] = {
     "gemma3-270m": {
         "atoms": {"hook": "blocks.6.hook_resid_post"},
-        "sae_falsification": {"sae_hook": "blocks.9.hook_resid_post"},
-        "sae_features": {"hook": "blocks.6.hook_resid_post"},
+        "sae_falsification": {"sae.hook": "blocks.9.hook_resid_post"},
+        "sae_features": {"sae.hook": "blocks.6.hook_resid_post"},
     },
 }
 

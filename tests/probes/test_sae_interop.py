@@ -5,13 +5,10 @@ rows), not one of its own."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 import interp
 from interp.runner import execute, prepare
 from interp.store import load_run
-
-pytestmark = pytest.mark.slow
 
 
 def test_atoms_sae_feeds_sae_falsification_and_self_interp(micro_runs, model, tmp_path):
@@ -28,15 +25,15 @@ def test_atoms_sae_feeds_sae_falsification_and_self_interp(micro_runs, model, tm
             log10 = f.get_tensor("sparsity")
         assert log10.shape == (other.cfg.d_sae,) and float((10 ** log10).sum()) > 1, name  # mean L0 > 1
 
-    spec, cfg = prepare("sae_falsification", {"size": "micro", "sae": str(atoms)})
+    spec, cfg = prepare("sae_falsification", {"size": "micro", "sae.source": str(atoms)})
     sf = load_run(execute(spec, cfg, out=tmp_path, model=model, progress=False))
     m = sf.metrics
     assert m["sae_source"] == str(atoms) and m["sae_from_cache"] is False
-    assert m["sae_hook_name"] == hook != cfg.sae_hook, (m["sae_hook_name"], cfg.sae_hook)  # atoms' hook, not its own
+    assert m["sae_hook_name"] == hook != cfg.sae.hook, (m["sae_hook_name"], cfg.sae.hook)  # atoms' hook, not its own
     assert m["sae_d_sae"] == sae.cfg.d_sae
 
     layer = int(hook.split(".")[1])
-    spec, cfg = prepare("self_interp", {"size": "micro", "sae": str(atoms), "layer": layer,
+    spec, cfg = prepare("self_interp", {"size": "micro", "sae.source": str(atoms), "layer": layer,
                                         "sae_branch": "token_labels", "sae_max_latents": 2, "sae_trials": 1,
                                         "sae_scales": [1.0], "sae_variants": ["identity"]})
     si = load_run(execute(spec, cfg, out=tmp_path, model=model, progress=False))

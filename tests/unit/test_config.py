@@ -1,11 +1,11 @@
 """Configs: types, sizes, dotted overrides, validation messages, hashing."""
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated, Literal
 
 import pytest
 
-from interp.config import ProbeConfig, build_config, config_hash, describe, field_docs, nest, parse_value
+from interp.config import ProbeConfig, Range, build_config, config_hash, describe, field_docs, nest, parse_value
 from interp.errors import ConfigError
 
 
@@ -75,3 +75,25 @@ def test_docs_for_help():
     assert docs["top_p"] == "Fraction kept." and docs["model"].startswith("Embedded model")
     names = [row[0] for row in describe(Cfg)]
     assert "sub.enable" in names and "top_p" in names
+
+
+@dataclass(frozen=True)
+class Own(ProbeConfig):
+    """A config whose nested default differs from the nested class's."""
+
+    sub: Inner = field(default_factory=lambda: Inner(lr=0.5))
+    """Nested, with its own default."""
+    steps: Annotated[int, Range(1)] = 3
+    """Steps."""
+
+    SIZE_PRESETS = {"micro": {"sub": {"enable": True}}}
+
+
+def test_nested_defaults_of_the_outer_field_survive_overrides_and_presets():
+    assert build_config(Own, {"sub.enable": True}).sub == Inner(enable=True, lr=0.5)
+    assert build_config(Own, {"size": "micro"}).sub == Inner(enable=True, lr=0.5)
+    assert build_config(Own, {"size": "micro", "sub": {"lr": 0.1}}).sub == Inner(enable=True, lr=0.1)
+    rows = {name: (default, allowed) for name, default, allowed, _ in describe(Own)}
+    assert rows["sub.lr"] == ("0.5", "") and rows["steps"] == ("3", "in [1, inf]") and rows["sub.*"] == ("", "")
+    with pytest.raises(ConfigError, match=r"steps=0 is invalid: a value in \[1, inf\]"):
+        build_config(Own, {"steps": 0})

@@ -100,11 +100,12 @@ def test_forward_stops_at_the_sae_hook(tiny_model):
 def test_the_hook_comes_from_the_sae_config(tiny_model, tmp_path):
     sae = random_sae(hook="blocks.1.hook_resid_pre")
     save_sae(sae, tmp_path / "sae")
-    cfg = build_config(SaeFalsificationConfig, {"sae": str(tmp_path / "sae"), "sae_hook": "blocks.0.hook_resid_post"})
+    cfg = build_config(SaeFalsificationConfig, {"sae.source": str(tmp_path / "sae"),
+                                                "sae.hook": "blocks.0.hook_resid_post"})
     got, site, info = obtain_sae(tiny_model, cfg, [], "")
     assert site == Site("resid_pre", 1) and site.tl_name == got.cfg.metadata.hook_name
     with pytest.raises(ConfigError, match="no such path"):  # refused by the config, before any model loads
-        build_config(SaeFalsificationConfig, {"sae": str(tmp_path / "nowhere")})
+        build_config(SaeFalsificationConfig, {"sae.source": str(tmp_path / "nowhere")})
 
 
 def test_quality_gates_keep_position0_clean_and_match_the_formulas(tiny_model):
@@ -447,12 +448,12 @@ def test_config_validation_names_the_field():
         build_config(SaeFalsificationConfig, {"injection_strategies": ["prepend", "shout"]})
     with pytest.raises(ConfigError, match="generator_url"):
         build_config(SaeFalsificationConfig, {"generator": "openai"})
-    with pytest.raises(ConfigError, match="sae_hook"):
-        build_config(SaeFalsificationConfig, {"sae_hook": "blocks.3.attn.hook_pattern"})
+    with pytest.raises(ConfigError, match="sae.hook"):
+        build_config(SaeFalsificationConfig, {"sae.hook": "blocks.3.attn.hook_pattern"})
     micro = build_config(SaeFalsificationConfig, {"size": "micro"})
-    assert micro.n_reasoning == 16 and micro.sae_d_sae == 1152 and micro.generator == "template"
+    assert micro.n_reasoning == 16 and micro.sae.d_sae == 1152 and micro.generator == "template"
     quick = build_config(SaeFalsificationConfig, {"size": "quick"})
-    assert quick.injection_strategies == ("prepend", "bigram_before") and quick.sae_train_tokens == 20_000
+    assert quick.injection_strategies == ("prepend", "bigram_before") and quick.sae.train_tokens == 20_000
 
 
 def test_topk_auxk_engages_on_dead_latents_and_keeps_old_cache_keys():
