@@ -11,9 +11,13 @@ same way and nothing outside the artifacts root is ever read:
   raises `DamagedRun` like `load_run`.
 - ``resolve_ref(root, ref, probe=None)``: a ``?run=<probe>/<run_id>`` value to a run directory
   inside the root, or `InterpError`.
-- ``intro(question, method, run)``: the sentence and method link every page starts with.
+- ``intro(question, method, run)``: the sentence and method link every page starts with (drawn by
+  ``render_run`` from a page's QUESTION and METHOD).
+- ``metric_row(values, *tiles)``: a row of st.metric tiles whose text names metrics (``"{r2} / {q_star}"``).
+- ``tabs(run, panels)``: st.tabs, each drawn by its panel(run).
 - ``status_badge(status)`` / ``status_label(status)`` / ``show_status(status, error)``.
-- ``fmt_value(v)`` / ``short_metrics(metrics)`` / ``metric_items(metrics)``: metrics as short strings.
+- ``fmt_value(v)`` / ``fmt_digits(v, digits)`` / ``short_metrics(metrics)`` / ``metric_items(metrics)``: metrics as
+  short strings.
 - ``attention_view(patterns, tokens, names)``: a CircuitsVis attention view (the viz extra) in an iframe.
 """
 
@@ -24,7 +28,7 @@ import importlib.util
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -287,6 +291,12 @@ def attention_view(patterns: Any, tokens: list[str], names: list[str], height: i
     components.html(html, height=height, scrolling=True)
 
 
+def fmt_digits(v: Any, digits: int = 3, kind: str = "g") -> str:
+    """A number with `digits` significant digits (kind "g") or decimals (kind "f"); None as a dash, non-floats
+    as str."""
+    return "—" if v is None else (f"{v:.{digits}{kind}}" if isinstance(v, float) else str(v))
+
+
 def fmt_value(v: Any) -> str:
     """A metric as a short string for a table cell: `interp.display.fmt` with strings (tokens) cut at 24."""
     return fmt(v, width=24)
@@ -342,6 +352,50 @@ def intro(question: str, method: str | None, run: Run | RunInfo | None = None) -
     st.markdown(question + (f" [Method]({method})" if method else ""))
     if run is not None:
         st.caption(run_caption(run))
+
+
+class _Field:
+    """One ``{name}`` of a tile's text: plain, the value through fmt_value (None as a dash); with a format spec
+    (``{name:.2e}``) or a conversion (``{name!r}``), the value formatted as str.format would."""
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec) if spec else fmt_value(self.value)
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class _Fields:
+    def __init__(self, values: Mapping[str, Any]):
+        self.values = values
+
+    def __getitem__(self, name: str) -> _Field:
+        return _Field(self.values.get(name))
+
+
+def metric_row(values: Mapping[str, Any], *tiles: tuple, delta_color: str = "normal") -> None:
+    """One row of st.metric tiles, a column each. A tile is (label, value), (label, value, help) or
+    (label, value, help, delta). A str value, help or delta is a template over `values` (metrics, timings, a
+    table row): ``"{r2_aip_tsae} / {q_star_tsae}"`` shows each through fmt_value, ``"{density:.2e}"`` and
+    ``"{top_token!r}"`` as str.format would, ``{{`` and ``}}`` are braces; other values (numbers) are shown as
+    they are."""
+    fill = lambda text: text.format_map(_Fields(values)) if isinstance(text, str) else text  # noqa: E731
+    for col, (label, value, *more) in zip(st.columns(len(tiles)), tiles):
+        help_, delta = (*more, None, None)[:2]
+        col.metric(label, fill(value), fill(delta), delta_color=delta_color, help=fill(help_))
+
+
+def tabs(run: Run, panels: Mapping[str, Callable[[Run], None]]) -> None:
+    """st.tabs labelled with the keys of `panels`, each tab drawn by its panel(run)."""
+    for tab, panel in zip(st.tabs(list(panels)), panels.values()):
+        with tab:
+            panel(run)
 
 
 def page_module(spec) -> Any | None:
@@ -403,7 +457,10 @@ def probe_page(name: str, root: Path) -> None:
 
 
 def render_run(spec, info: RunInfo, root: Path) -> None:
-    """Draw one run: the probe's page when done, else the generic page, or the reason it is damaged."""
+    """Draw one run: the probe's page when done, else the generic page, or the reason it is damaged.
+
+    A page that declares QUESTION (and METHOD, its link) gets its intro drawn here, above its render(run); a page
+    without one draws its own (`intro`)."""
     from app.views import generic
 
     if info.status == "damaged":
@@ -417,6 +474,8 @@ def render_run(spec, info: RunInfo, root: Path) -> None:
         show_status("damaged", str(e))
         return
     page = page_module(spec) if run.status == "done" else None
+    if page is not None and getattr(page, "QUESTION", None):
+        intro(page.QUESTION, getattr(page, "METHOD", None), run)
     try:
         (page or generic).render(run)
     except DamagedRun as e:

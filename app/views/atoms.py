@@ -17,15 +17,14 @@ METHOD = "https://arxiv.org/abs/2509.20784"
 
 
 def render(run: Run) -> None:
-    common.intro(QUESTION, METHOD, run)
     m = run.metrics
-    cols = st.columns(4)
-    cols[0].metric("mean angle, Euclid", common.fmt_value(m.get("angle_mean_euclid_deg")))
-    cols[1].metric("mean angle, AIP", common.fmt_value(m.get("angle_mean_aip_deg")))
-    cols[2].metric("TSAE R² (AIP) / q*", f"{common.fmt_value(m.get('r2_aip_tsae'))} / "
-                   f"{common.fmt_value(m.get('q_star_tsae'))}")
-    cols[3].metric("SAE R² (AIP) / q*", f"{common.fmt_value(m.get('r2_aip_sae'))} / "
-                   f"{common.fmt_value(m.get('q_star_sae'))}")
+    common.metric_row(
+        m,
+        ("mean angle, Euclid", "{angle_mean_euclid_deg}"),
+        ("mean angle, AIP", "{angle_mean_aip_deg}"),
+        ("TSAE R² (AIP) / q*", "{r2_aip_tsae} / {q_star_tsae}"),
+        ("SAE R² (AIP) / q*", "{r2_aip_sae} / {q_star_sae}"),
+    )
     st.caption(f"Gated site `{run.config.get('hook')}`, metric {run.config.get('metric')}, target L0 "
                f"{run.config.get('target_l0')}; SAELens round trip "
                f"{'ok' if m.get('saelens_roundtrip_ok') else 'FAILED'} (max rel. err "

@@ -24,36 +24,25 @@ K = "conversational_inertia."
 
 
 def render(run: Run) -> None:
-    common.intro(QUESTION, METHOD, run)
     m = run.metrics
-    cols = st.columns(4)
-    cols[0].metric("max diagonal z", common.fmt_value(m.get("max_diag_z")),
-                   help="largest permutation-null z of diagonal mass over heads and δ ∈ {0, +1} (w = 0)")
-    cols[1].metric("control max z", common.fmt_value(m.get("max_diag_z_control")),
-                   help="the same on control transcripts (earlier replies not index-aligned)")
-    cols[2].metric("inertia heads", common.fmt_value(m.get("n_inertia_heads")),
-                   help=f"heads with z ≥ {run.config.get('z_thresh')}")
-    cols[3].metric("ρ(N, share to earlier replies)", common.fmt_value(m.get("prev_assistant_share_rho")))
-    cols = st.columns(4)
-    for col, policy in zip(cols, ("long", "window", "clip", "short")):
-        col.metric(f"repeat rate {F.POLICY_NAMES[policy]}", common.fmt_value(m.get(f"repeat_rate_{policy}")))
+    common.metric_row(
+        m,
+        ("max diagonal z", "{max_diag_z}",
+         "largest permutation-null z of diagonal mass over heads and δ ∈ {{0, +1}} (w = 0)"),
+        ("control max z", "{max_diag_z_control}",
+         "the same on control transcripts (earlier replies not index-aligned)"),
+        ("inertia heads", "{n_inertia_heads}", f"heads with z ≥ {run.config.get('z_thresh')}"),
+        ("ρ(N, share to earlier replies)", "{prev_assistant_share_rho}"),
+    )
+    policies = ("long", "window", "clip", "short")
+    common.metric_row(m, *((f"repeat rate {F.POLICY_NAMES[p]}", "{repeat_rate_" + p + "}") for p in policies))
     st.caption(
         f"Role format: {m.get('role_format', '?')}; DoorExplore bait histories at N = {m.get('bait_n', '?')}; "
         f"W = {run.config.get('window_w')} (Window), {run.config.get('clip_w')} (Clip)."
     )
 
-    tab_heads, tab_rounds, tab_behaviour, tab_cpl, tab_text = st.tabs(
-        ["Head census", "Rounds", "Behaviour", "CPL pairs", "Transcript viewer"])
-    with tab_heads:
-        head_census(run)
-    with tab_rounds:
-        rounds_panel(run)
-    with tab_behaviour:
-        behaviour_panel(run)
-    with tab_cpl:
-        cpl_panel(run)
-    with tab_text:
-        transcript_viewer(run)
+    common.tabs(run, {"Head census": head_census, "Rounds": rounds_panel, "Behaviour": behaviour_panel,
+                      "CPL pairs": cpl_panel, "Transcript viewer": transcript_viewer})
 
 
 # ============================================================================= heads

@@ -4,6 +4,7 @@ gamma sweep, accuracy against the random-layer control, and the exact invariants
 from __future__ import annotations
 
 import json
+from functools import partial
 
 import numpy as np
 import streamlit as st
@@ -22,12 +23,10 @@ QUESTION = (
 METHOD = "https://arxiv.org/abs/2605.10503"
 
 
-def _f(v, digits: int = 3) -> str:
-    return "—" if v is None else (f"{v:.{digits}f}" if isinstance(v, float) else str(v))
+_f = partial(common.fmt_digits, kind="f")
 
 
 def render(run: Run) -> None:
-    common.intro(QUESTION, METHOD, run)
     m = run.metrics
     layers = run.table("layer_scores")
     nulls = run.table("null_draws")
@@ -36,23 +35,28 @@ def render(run: Run) -> None:
     S = [int(x) for x in sel["S"]]
 
     st.subheader("Is there a sawtooth beyond recency?")
-    c = st.columns(4)
     gap = max(0.05, 3 * (m.get("null_concentration_sd") or 0.0))
-    c[0].metric("best-layer concentration (paper)", _f(m.get("best_layer_concentration")),
-                f"{m['best_layer_concentration'] - m['null_concentration']:+.3f} vs null (gate +{gap:.3f})")
     thr = max(0.05, m.get("auc_excess_q95") or 0.0)
-    c[1].metric(f"plain AUC at l* = L{l_star} (not the paper's)", _f(m.get("best_layer_auc")),
-                f"{m['best_layer_auc'] - m['null_auc']:+.3f} vs null (gate +{thr:.3f})")
-    c[2].metric("distance-matched AUC at l*", _f(m.get("best_layer_auc_distmatched")))
-    c[3].metric("locality baseline −(i−j)", _f(m.get("locality_auc")))
-    c = st.columns(4)
-    c[0].metric("sink mass, mean over layers", _f(m.get("sink_mass_mean")),
-                f"max {_f(m.get('sink_mass_max'))} at L{m.get('sink_mass_max_layer')}", delta_color="off")
-    c[1].metric("selected layers S", m.get("selected_layers", ""),
-                "fallback" if m.get("selection_fallback") else "S_score ∩ S_ent", delta_color="off")
-    c[2].metric("γ_best (calibration)", _f(m.get("gamma_best"), 2))
-    c[3].metric("non-graph perplexity ratio", _f(m.get("ppl_ratio_nongraph"), 4),
-                f"at γ = {_f(m.get('gamma_controls'), 2)}", delta_color="off")
+    common.metric_row(
+        m,
+        ("best-layer concentration (paper)", _f(m.get("best_layer_concentration")), None,
+         f"{m['best_layer_concentration'] - m['null_concentration']:+.3f} vs null (gate +{gap:.3f})"),
+        (f"plain AUC at l* = L{l_star} (not the paper's)", _f(m.get("best_layer_auc")), None,
+         f"{m['best_layer_auc'] - m['null_auc']:+.3f} vs null (gate +{thr:.3f})"),
+        ("distance-matched AUC at l*", _f(m.get("best_layer_auc_distmatched"))),
+        ("locality baseline −(i−j)", _f(m.get("locality_auc"))),
+    )
+    common.metric_row(
+        m,
+        ("sink mass, mean over layers", _f(m.get("sink_mass_mean")), None,
+         f"max {_f(m.get('sink_mass_max'))} at L{m.get('sink_mass_max_layer')}"),
+        ("selected layers S", m.get("selected_layers", ""), None,
+         "fallback" if m.get("selection_fallback") else "S_score ∩ S_ent"),
+        ("γ_best (calibration)", _f(m.get("gamma_best"), 2)),
+        ("non-graph perplexity ratio", _f(m.get("ppl_ratio_nongraph"), 4), None,
+         f"at γ = {_f(m.get('gamma_controls'), 2)}"),
+        delta_color="off",
+    )
 
     sets = {"S_score": sel["S_score"]["layers"], "S_ent": sel["S_ent"]["layers"], "S": S}
     st.plotly_chart(F.layer_strip(layers, nulls, l_star, sets), key="graph_sawtooth.strip")
@@ -96,11 +100,13 @@ def render(run: Run) -> None:
     st.dataframe(ctl, hide_index=True)
 
     st.subheader("Exact invariants of the edit")
-    c = st.columns(4)
-    c[0].metric("max |row sum − 1|", f"{m.get('slash_rows_sum_max_err', 0):.2e}")
-    c[1].metric("max |p'_s − γ p_s|", f"{m.get('slash_sink_ratio_max_err', 0):.2e}")
-    c[2].metric("γ = 1: max |Δ logit|", f"{m.get('slash_gamma1_max_dlogit', 0):.2e}")
-    c[3].metric("edited pattern reaches z", str(m.get("pattern_edit_reaches_z")))
+    common.metric_row(
+        m,
+        ("max |row sum − 1|", f"{m.get('slash_rows_sum_max_err', 0):.2e}"),
+        ("max |p'_s − γ p_s|", f"{m.get('slash_sink_ratio_max_err', 0):.2e}"),
+        ("γ = 1: max |Δ logit|", f"{m.get('slash_gamma1_max_dlogit', 0):.2e}"),
+        ("edited pattern reaches z", str(m.get("pattern_edit_reaches_z"))),
+    )
     st.dataframe(run.table("invariants"), hide_index=True)
 
     if "head_scores.parquet" in run.manifest.get("files", {}):

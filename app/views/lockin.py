@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import streamlit as st
 
@@ -30,29 +31,25 @@ K = "lockin."
 
 
 def render(run: Run) -> None:
-    common.intro(QUESTION, METHOD, run)
     st.warning(BANNER)
     m = run.metrics
-    cols = st.columns(4)
-    cols[0].metric("collapse R²", common.fmt_value(m.get("collapse_r2")),
-                   help="R² of one shared monotone b(u) over all non-projection runs")
-    cols[1].metric("rate ratio", common.fmt_value(m.get("rate_ratio")),
-                   help="max / min steps to u = 0.5 over non-projection runs")
-    cols[2].metric("ρ(b, ‖D‖) vs ρ(b, q̂)",
-                   f"{common.fmt_value(m.get('drift_norm_spearman'))} vs "
-                   f"{common.fmt_value(m.get('curvature_drift_spearman'))}",
-                   help="drift paradox: Spearman across runs at matched u, Euclidean vs curvature-weighted drift")
-    cols[3].metric("harm signal ρ (random)",
-                   f"{common.fmt_value(m.get('harm_signal_spearman'))} "
-                   f"({common.fmt_value(m.get('harm_signal_random_spearman'))})",
-                   help="Spearman of the early predicted degradation against the final b; random k-frame control")
-    cols = st.columns(4)
-    cols[0].metric("projection below curve", common.fmt_value(m.get("projection_run_below_curve")))
-    cols[1].metric("bifurcation detected", common.fmt_value(m.get("bifurcation_detected")))
-    cols[2].metric("λ₁ (Lanczos / power)",
-                   f"{common.fmt_value(m.get('lambda_1'))} / {common.fmt_value(m.get('lambda_1_power'))}")
-    cols[3].metric("probe overhead", common.fmt_value(run.timings.get("probe_overhead_ratio")),
-                   help="wall time per step with the probes on / off (same log-time loss evaluations)")
+    common.metric_row(
+        m,
+        ("collapse R²", "{collapse_r2}", "R² of one shared monotone b(u) over all non-projection runs"),
+        ("rate ratio", "{rate_ratio}", "max / min steps to u = 0.5 over non-projection runs"),
+        ("ρ(b, ‖D‖) vs ρ(b, q̂)", "{drift_norm_spearman} vs {curvature_drift_spearman}",
+         "drift paradox: Spearman across runs at matched u, Euclidean vs curvature-weighted drift"),
+        ("harm signal ρ (random)", "{harm_signal_spearman} ({harm_signal_random_spearman})",
+         "Spearman of the early predicted degradation against the final b; random k-frame control"),
+    )
+    common.metric_row(
+        m,
+        ("projection below curve", "{projection_run_below_curve}"),
+        ("bifurcation detected", "{bifurcation_detected}"),
+        ("λ₁ (Lanczos / power)", "{lambda_1} / {lambda_1_power}"),
+        ("probe overhead", common.fmt_value(run.timings.get("probe_overhead_ratio")),
+         "wall time per step with the probes on / off (same log-time loss evaluations)"),
+    )
     st.caption(
         f"Curvature operator: {m.get('curvature', '?')}; HVP finite-difference error "
         f"{common.fmt_value(m.get('hvp_fd_rel_err'))} (eps {common.fmt_value(m.get('hvp_fd_eps'))}); "
@@ -61,27 +58,10 @@ def render(run: Run) -> None:
     )
 
     runs = run.table("runs")
-    tabs = st.tabs(["Collapse", "Paradox", "Harm", "Subspace", "Spectrum", "Bifurcation", "Overhead & drift",
-                    "Ground truth"])
-    with tabs[0]:
-        collapse_panel(run, runs)
-    with tabs[1]:
-        paradox_panel(run, runs)
-    with tabs[2]:
-        harm_panel(run, runs)
-    with tabs[3]:
-        subspace_panel(run, runs)
-    with tabs[4]:
-        spectrum_panel(run)
-    with tabs[5]:
-        st.plotly_chart(F.bifurcation(runs, run.table("changepoints")), key=K + "bif")
-        st.caption("The most speculative part of the reconstruction: reported, gated only on synthetic data.")
-        st.dataframe(run.table("changepoints"), hide_index=True)
-    with tabs[6]:
-        st.dataframe(F.timings_table(run.timings), hide_index=True)
-        st.plotly_chart(F.matrices(run.table("matrices")), key=K + "mats")
-    with tabs[7]:
-        ground_truth_panel(run)
+    common.tabs(run, {"Collapse": partial(collapse_panel, runs=runs), "Paradox": partial(paradox_panel, runs=runs),
+                      "Harm": partial(harm_panel, runs=runs), "Subspace": partial(subspace_panel, runs=runs),
+                      "Spectrum": spectrum_panel, "Bifurcation": partial(bifurcation_panel, runs=runs),
+                      "Overhead & drift": overhead_panel, "Ground truth": ground_truth_panel})
 
 
 def collapse_panel(run: Run, runs) -> None:
@@ -142,6 +122,17 @@ def subspace_panel(run: Run, runs) -> None:
         i = st.slider("log", 0, len(sv) - 1, len(sv) - 1, key=K + "svlog",
                       help="singular values of the stacked window of updates U_t at this log")
         st.plotly_chart(F.singular_values(sv, steps, i), key=K + "sv")
+
+
+def bifurcation_panel(run: Run, runs) -> None:
+    st.plotly_chart(F.bifurcation(runs, run.table("changepoints")), key=K + "bif")
+    st.caption("The most speculative part of the reconstruction: reported, gated only on synthetic data.")
+    st.dataframe(run.table("changepoints"), hide_index=True)
+
+
+def overhead_panel(run: Run) -> None:
+    st.dataframe(F.timings_table(run.timings), hide_index=True)
+    st.plotly_chart(F.matrices(run.table("matrices")), key=K + "mats")
 
 
 def spectrum_panel(run: Run) -> None:

@@ -17,7 +17,6 @@ METHOD = "https://www.lesswrong.com/posts/AcKRB8wDpdaN6v6ru/interpreting-gpt-the
 
 
 def render(run: Run) -> None:
-    common.intro(QUESTION, METHOD, run)
     lens = run.tensor_file("lens")
     tokens = run.table("tokens").sort_values("position")["token"].tolist()
     topk = run.table("topk")
@@ -26,11 +25,13 @@ def render(run: Run) -> None:
 
     m = run.metrics
     first = m.get("first_layer_final_top1")
-    cols = st.columns(4)
-    cols[0].metric("final prediction", common.fmt_value(m.get("final_top1")))
-    cols[1].metric("first layer with it at top-1", "never" if first is None else f"{first} of {n_layers - 1}")
-    cols[2].metric("prompt tokens", n_pos)
-    cols[3].metric("layers", n_layers)
+    common.metric_row(
+        m,
+        ("final prediction", "{final_top1}"),
+        ("first layer with it at top-1", "never" if first is None else f"{first} of {n_layers - 1}"),
+        ("prompt tokens", n_pos),
+        ("layers", n_layers),
+    )
     st.caption(f"Prompt{' (chat template)' if run.config.get('chat') else ''}: {run.config.get('prompt', '')!r}")
 
     color = st.radio(

@@ -19,12 +19,10 @@ QUESTION = (
 METHOD = "https://www.neelnanda.io/mechanistic-interpretability/attribution-patching"
 
 
-def _f(v, digits: int = 3) -> str:
-    return "—" if v is None else (f"{v:.{digits}g}" if isinstance(v, float) else str(v))
+_f = common.fmt_digits
 
 
 def render(run: Run) -> None:
-    common.intro(QUESTION, METHOD, run)
     g = run.tensor_file("grids")
     tokens = run.table("tokens")
     pairs = run.table("pairs")
@@ -35,16 +33,17 @@ def render(run: Run) -> None:
     names = [k.removeprefix("act_") for k in g if k.startswith("act_")]
     order = [n for n in F.GRID_TITLES if n in names]
 
-    cols = st.columns(4)
-    cols[0].metric("pairs", m.get("n_pairs"), f"metric: {run.config.get('metric', 'logit_diff')}", delta_color="off")
-    cols[1].metric("clean metric (mean)", _f(m.get("clean_metric_mean")),
-                   f"corrupt {_f(m.get('corrupt_metric_mean'))}", delta_color="off")
-    cols[2].metric("resid_pre Spearman (attr vs act)", _f(m.get("resid_pre_spearman_differing")),
-                   "cells whose activations differ", delta_color="off")
     worst = max(m.get("identity_layer0_all_positions_err") or 0.0, m.get("identity_final_resid_post_err") or 0.0,
                 m.get("identity_layer0_same_token_max_abs") or 0.0)
-    cols[3].metric("identities, worst error", _f(worst), "layer 0 all → 1, last resid_post → 1, equal tokens → 0",
-                   delta_color="off")
+    common.metric_row(
+        m,
+        ("pairs", m.get("n_pairs"), None, f"metric: {run.config.get('metric', 'logit_diff')}"),
+        ("clean metric (mean)", _f(m.get("clean_metric_mean")), None, f"corrupt {_f(m.get('corrupt_metric_mean'))}"),
+        ("resid_pre Spearman (attr vs act)", _f(m.get("resid_pre_spearman_differing")), None,
+         "cells whose activations differ"),
+        ("identities, worst error", _f(worst), None, "layer 0 all → 1, last resid_post → 1, equal tokens → 0"),
+        delta_color="off",
+    )
 
     left, right = st.columns([1, 2])
     with left:

@@ -21,15 +21,14 @@ METHOD = "https://arxiv.org/abs/2601.05679"
 
 
 def render(run: Run) -> None:
-    common.intro(QUESTION, METHOD, run)
     m = run.metrics
-    c = st.columns(4)
-    c[0].metric("candidates (pass all filters)", common.fmt_value(m.get("n_candidates")))
-    c[1].metric("token-driven: real / control", f"{common.fmt_value(m.get('frac_token_driven'))} / "
-                f"{common.fmt_value(m.get('frac_token_driven_control'))}")
-    c[2].metric("falsified (loop)", common.fmt_value(m.get("frac_falsified")))
-    c[3].metric("genuine / unresolved", f"{common.fmt_value(m.get('n_genuine'))} / "
-                f"{common.fmt_value(m.get('n_unresolved'))}")
+    common.metric_row(
+        m,
+        ("candidates (pass all filters)", "{n_candidates}"),
+        ("token-driven: real / control", "{frac_token_driven} / {frac_token_driven_control}"),
+        ("falsified (loop)", "{frac_falsified}"),
+        ("genuine / unresolved", "{n_genuine} / {n_unresolved}"),
+    )
     st.caption(f"SAE at `{m.get('sae_hook_name')}` (from its config; {m.get('sae_source')}, d_sae "
                f"{m.get('sae_d_sae')}): explained variance {common.fmt_value(m.get('sae_explained_variance'))}, "
                f"CE recovered {common.fmt_value(m.get('sae_ce_recovered'))}, dead "
@@ -157,7 +156,9 @@ def try_text(run: Run, features: pd.DataFrame) -> None:
     f = st.selectbox("Feature", list(features.sort_values("rank")["feature"]), key="sf.try_feature")
     if not st.button("Show activations", key="sf.try_go") or not text.strip():
         return
-    sae_dir = run.path / "sae" if (run.path / "sae" / "cfg.json").is_file() else run.config.get("sae")
+    sae_cfg = run.config.get("sae")
+    spec = sae_cfg.get("source") if isinstance(sae_cfg, dict) else sae_cfg  # a string in runs before sae.source
+    sae_dir = run.path / "sae" if (run.path / "sae" / "cfg.json").is_file() else spec
     if not sae_dir or sae_dir == "train":
         st.error("This run has no SAE directory to load.")
         return

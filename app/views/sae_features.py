@@ -16,18 +16,19 @@ METHOD = "https://github.com/jbloomAus/SAEDashboard"
 
 
 def render(run: Run) -> None:
-    common.intro(QUESTION, METHOD, run)
     feats = run.table("features")
     contexts = run.table("contexts")
     hist = run.tensor_file("histograms")
     info = run.json("sae")
     m = run.metrics
-    cols = st.columns(5)
-    cols[0].metric("features", f"{int(m.get('n_features', len(feats))):,}")
-    cols[1].metric("tokens", f"{int(m.get('n_tokens', 0)):,}")
-    cols[2].metric("dead", f"{m.get('dead_frac', 0):.1%}")
-    cols[3].metric("mean L0", common.fmt_value(m.get("mean_l0")))
-    cols[4].metric("single-token features", f"{m.get('single_token_frac', 0):.0%}")
+    common.metric_row(
+        m,
+        ("features", f"{int(m.get('n_features', len(feats))):,}"),
+        ("tokens", f"{int(m.get('n_tokens', 0)):,}"),
+        ("dead", f"{m.get('dead_frac', 0):.1%}"),
+        ("mean L0", "{mean_l0}"),
+        ("single-token features", f"{m.get('single_token_frac', 0):.0%}"),
+    )
     st.caption(f"SAE `{info.get('spec')}` at `{info.get('hook_name')}` · d_sae {info.get('d_sae')} · "
                f"{info.get('architecture')} · position 0 excluded · export: "
                f"`interp export neuronpedia {common.ref(run)} OUT`")
@@ -58,12 +59,14 @@ def render(run: Run) -> None:
 def show_feature(run: Run, row, ctx, hist) -> None:
     f = int(row["feature"])
     st.subheader(f"Feature {f}")
-    cols = st.columns(4)
-    cols[0].metric("density", f"{row['density']:.2e}")
-    cols[1].metric("max activation", f"{row['max_act']:.3g}")
-    cols[2].metric("mean non-zero", f"{row['mean_act']:.3g}")
-    cols[3].metric("top token", repr(row["top_token"]), f"{row['top_token_share']:.0%} of top contexts",
-                   delta_color="off")
+    common.metric_row(
+        row,
+        ("density", "{density:.2e}"),
+        ("max activation", "{max_act:.3g}"),
+        ("mean non-zero", "{mean_act:.3g}"),
+        ("top token", "{top_token!r}", None, "{top_token_share:.0%} of top contexts"),
+        delta_color="off",
+    )
     left, right = st.columns(2)
     with left:
         st.plotly_chart(F.activation_histogram(hist["act_counts"][f], float(hist["act_max"][f]), f),

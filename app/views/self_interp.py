@@ -4,6 +4,8 @@ logit-lens echo."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import pandas as pd
 import streamlit as st
 
@@ -21,48 +23,29 @@ K = "self_interp."
 
 
 def render(run: Run) -> None:
-    common.intro(QUESTION, METHOD, run)
-    m = run.metrics
-    header(m)
+    header(run.metrics)
     recall = run.table("recall") if run.has("recall") else pd.DataFrame()
-    tabs = st.tabs(["Leaderboard", "Recall by layer", "Held-out labels", "Scale sweep", "Training curves",
-                    "Adapter inspection", "Interpret your own", "SAE features"])
-    with tabs[0]:
-        leaderboard_panel(run, recall)
-    with tabs[1]:
-        layer_panel(run, recall)
-    with tabs[2]:
-        table_panel(run)
-    with tabs[3]:
-        if run.has("scale_sweep"):
-            st.plotly_chart(F.scale_sweep(run.table("scale_sweep")), key=K + "sweep")
-            if m.get("identity_scale_at_edge"):
-                st.warning("The best identity scale lies at the edge of the grid: widen `identity_scales`.")
-    with tabs[4]:
-        if run.has("train_curves"):
-            st.plotly_chart(F.training_curves(run.table("train_curves")), key=K + "curves")
-    with tabs[5]:
-        inspection_panel(run)
-    with tabs[6]:
-        interpret_panel(run)
-    with tabs[7]:
-        sae_panel(run)
+    common.tabs(run, {"Leaderboard": partial(leaderboard_panel, recall=recall),
+                      "Recall by layer": partial(layer_panel, recall=recall), "Held-out labels": table_panel,
+                      "Scale sweep": scale_panel, "Training curves": curves_panel,
+                      "Adapter inspection": inspection_panel, "Interpret your own": interpret_panel,
+                      "SAE features": sae_panel})
 
 
 def header(m: dict) -> None:
     fv = common.fmt_value
-    cols = st.columns(5)
-    cols[0].metric("recall@1 scalar_affine", fv(m.get("recall_at_1_scalar_affine")),
-                   help=f"held-out topics ({fv(m.get('n_heldout'))}) ranked among {fv(m.get('n_topics'))}; "
-                        f"recall@10 {fv(m.get('recall_at_10_scalar_affine'))}")
-    cols[1].metric("identity (best scale)", fv(m.get("recall_at_1_identity")))
-    cols[2].metric("gain over identity", fv(m.get("recall1_gain_vs_identity")),
-                   help="recall@1 gain paired over the held-out topics, with its 95 % paired bootstrap interval: "
-                        f"[{fv(m.get('recall1_gain_vs_identity_ci_lo'))}, "
-                        f"{fv(m.get('recall1_gain_vs_identity_ci_hi'))}]")
-    cols[3].metric("logit-lens echo", fv(m.get("recall_at_1_logit_lens")),
-                   help="the vector decoded through the final norm and unembedding; its top tokens as guesses")
-    cols[4].metric("chance@1", fv(m.get("recall_chance_at_1")))
+    common.metric_row(
+        m,
+        ("recall@1 scalar_affine", "{recall_at_1_scalar_affine}",
+         "held-out topics ({n_heldout}) ranked among {n_topics}; recall@10 {recall_at_10_scalar_affine}"),
+        ("identity (best scale)", "{recall_at_1_identity}"),
+        ("gain over identity", "{recall1_gain_vs_identity}",
+         "recall@1 gain paired over the held-out topics, with its 95 % paired bootstrap interval: "
+         "[{recall1_gain_vs_identity_ci_lo}, {recall1_gain_vs_identity_ci_hi}]"),
+        ("logit-lens echo", "{recall_at_1_logit_lens}",
+         "the vector decoded through the final norm and unembedding; its top tokens as guesses"),
+        ("chance@1", "{recall_chance_at_1}"),
+    )
     unchanged = m.get("lm_weights_unchanged")
     st.caption(
         f"Layer {fv(m.get('layer'))} · scorer `{m.get('retrieval_scorer')}` · template `{m.get('template')}` "
@@ -73,6 +56,18 @@ def header(m: dict) -> None:
         f"{fv(m.get('recall1_gain_vs_shuffled_ci_hi'))}] · self-interpretation margin (scalar_affine − logit lens, "
         f"recall@1): {fv(m.get('self_interp_margin_at_1'))} · bias share: {fv(m.get('bias_share'))}"
     )
+
+
+def scale_panel(run: Run) -> None:
+    if run.has("scale_sweep"):
+        st.plotly_chart(F.scale_sweep(run.table("scale_sweep")), key=K + "sweep")
+        if run.metrics.get("identity_scale_at_edge"):
+            st.warning("The best identity scale lies at the edge of the grid: widen `identity_scales`.")
+
+
+def curves_panel(run: Run) -> None:
+    if run.has("train_curves"):
+        st.plotly_chart(F.training_curves(run.table("train_curves")), key=K + "curves")
 
 
 def leaderboard_panel(run: Run, recall: pd.DataFrame) -> None:
@@ -118,12 +113,12 @@ def table_panel(run: Run) -> None:
 
 
 def inspection_panel(run: Run) -> None:
-    m = run.metrics
-    fv = common.fmt_value
-    cols = st.columns(3)
-    cols[0].metric("learned scale (scalar_affine)", fv(m.get("learned_scale_scalar_affine")))
-    cols[1].metric("bias norm (scalar_affine)", fv(m.get("bias_norm_scalar_affine")))
-    cols[2].metric("median token-embedding norm", fv(m.get("median_embedding_norm")))
+    common.metric_row(
+        run.metrics,
+        ("learned scale (scalar_affine)", "{learned_scale_scalar_affine}"),
+        ("bias norm (scalar_affine)", "{bias_norm_scalar_affine}"),
+        ("median token-embedding norm", "{median_embedding_norm}"),
+    )
     if run.has("bias_probe"):
         probe = run.table("bias_probe")
         left, right = st.columns(2)
@@ -136,7 +131,7 @@ def inspection_panel(run: Run) -> None:
     if run.has("adapter_full_rank"):
         a = run.tensor_file("adapter_full_rank")["A"]
         st.markdown("**Full-rank adapter: singular values of A**")
-        st.plotly_chart(F.singular_values(a, m.get("identity_best_scale")), key=K + "svd")
+        st.plotly_chart(F.singular_values(a, run.metrics.get("identity_best_scale")), key=K + "svd")
 
 
 @st.cache_resource(show_spinner="Loading the model…")

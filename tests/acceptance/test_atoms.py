@@ -12,18 +12,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-from pathlib import Path
 
-import pytest
+from acceptance import ARTIFACTS, ROOT, SLACK
 
 from interp.runner import execute, prepare
 from interp.store import load_run
 
-pytestmark = pytest.mark.slow
-
-ROOT = Path(__file__).resolve().parents[2]
-SLACK = float(os.environ.get("INTERP_BUDGET_SLACK", "1"))
 BUDGET_A, BUDGET_B, BUDGET_C = 120, 7 * 60, 5 * 60
 
 
@@ -98,9 +92,8 @@ def checks(run) -> dict[str, tuple[bool, str, str]]:
 def test_atoms_acceptance():
     from interp.context import cached_model
 
-    spec, cfg = prepare("atoms", {"cache_saes": False})
-    out = ROOT / "artifacts"
-    run = load_run(execute(spec, cfg, out=out, model=cached_model(cfg), progress=False))
+    spec, cfg = prepare("atoms", {"sae.cache": False})
+    run = load_run(execute(spec, cfg, out=ARTIFACTS, model=cached_model(cfg), progress=False))
     results = checks(run)
     report = {
         "probe": "atoms",
@@ -113,7 +106,7 @@ def test_atoms_acceptance():
         "grid": run.table("grid").to_dict(orient="records"),
         "synthetic": run.table("synthetic").to_dict(orient="records"),
     }
-    path = ROOT / "artifacts" / "acceptance" / "atoms.json"
+    path = ARTIFACTS / "acceptance" / "atoms.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=1, default=str))
     for k, (ok, v, kind) in results.items():

@@ -7,36 +7,21 @@ metrics and the verdicts to artifacts/acceptance/conversational_inertia.json and
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
-
 import numpy as np
-import pytest
+from acceptance import SLACK, Checks, full_run, report
 
-from interp.runner import execute, prepare
-from interp.store import load_run
-
-pytestmark = pytest.mark.slow
-
-ROOT = Path(__file__).resolve().parents[2]
 BUDGET_S = 8 * 60
 """The spec's budget on the 2-core CPU with DPO off."""
 MICRO_BUDGET_S = 60
 """The spec's micro budget (revised 2026-12-01)."""
-SLACK = float(os.environ.get("INTERP_BUDGET_SLACK", "1"))
-"""Multiplier of the wall-clock budget for machines shared with other jobs (the timing is always reported)."""
 
 
 def checks(run, model) -> tuple[dict[str, tuple[bool, str]], dict[str, str]]:
     """(gated checks: name -> (passed, measured), graded items: name -> measured)."""
     m = run.metrics
     g = lambda k: m.get(k, float("nan"))  # noqa: E731
-    out: dict[str, tuple[bool, str]] = {}
-    graded: dict[str, str] = {}
-
-    def check(name: str, ok, detail: str) -> None:
-        out[name] = (bool(ok), detail)
+    out, graded = Checks(run), {}
+    check = out.check
 
     # 1. diagonal signature
     check("max_diag_z >= 6", g("max_diag_z") >= 6, f"{g('max_diag_z'):.2f}")
@@ -122,28 +107,13 @@ def _prompts_match_long_runs(run, pairs: list[dict], model) -> list[bool]:
 
 
 def test_acceptance_on_the_embedded_model(model):
-    spec, cfg = prepare("conversational_inertia", {})
-    run = load_run(execute(spec, cfg, out=ROOT / "artifacts", model=model, progress=False))
+    run = full_run("conversational_inertia", model)
     results, graded = checks(run, model)
-    spec, micro_cfg = prepare("conversational_inertia", {"size": "micro"})
-    micro = load_run(execute(spec, micro_cfg, out=ROOT / "artifacts", model=model, progress=False))
+    micro = full_run("conversational_inertia", model, {"size": "micro"})
     secs = micro.manifest["timings"].get("seconds_total", float("nan"))
     mm = micro.metrics
     results[f"micro wall-clock <= {MICRO_BUDGET_S * SLACK:.0f} s"] = (
         secs <= MICRO_BUDGET_S * SLACK, f"{secs:.0f} s (max_diag_z {mm.get('max_diag_z', float('nan')):.1f}, "
         f"repeat Long {mm.get('repeat_rate_long')} vs Window {mm.get('repeat_rate_window')})")
-    report = {
-        "probe": "conversational_inertia", "model": run.manifest["model"].get("name"), "run": str(run.path),
-        "metrics": run.metrics, "timings": run.timings, "micro_run": str(micro.path), "micro_timings": micro.timings,
-        "checks": {name: {"passed": ok, "measured": detail} for name, (ok, detail) in results.items()},
-        "graded": graded,
-    }
-    out = ROOT / "artifacts" / "acceptance"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "conversational_inertia.json").write_text(json.dumps(report, indent=1, default=str))
-    for name, (ok, detail) in results.items():
-        print(f"{'PASS' if ok else 'FAIL'}  {name}: {detail}")
-    for name, detail in graded.items():
-        print(f"GRADED  {name}: {detail}")
-    failed = [f"{name} ({detail})" for name, (ok, detail) in results.items() if not ok]
-    assert not failed, "unmet acceptance checks: " + "; ".join(failed)
+    report("conversational_inertia", run, results, graded=graded, micro_run=str(micro.path),
+           micro_timings=micro.timings)

@@ -7,23 +7,12 @@ graded downstream effect) is reported, not gated, as the spec says for a 135M mo
 
 from __future__ import annotations
 
-import json
 import math
-import os
-from pathlib import Path
 
-import pytest
+from acceptance import SLACK, full_run, report
 
-from interp.runner import execute, prepare
-from interp.store import load_run
-
-pytestmark = pytest.mark.slow
-
-ROOT = Path(__file__).resolve().parents[2]
 BUDGET_S = 8 * 60
 """The spec's budget on the 2-core CPU."""
-SLACK = float(os.environ.get("INTERP_BUDGET_SLACK", "1"))
-"""Multiplier of the wall-clock budget for machines shared with other jobs (the timing is always reported)."""
 
 
 def checks(run) -> tuple[dict[str, tuple[bool, str]], dict[str, tuple[bool, str]]]:
@@ -94,21 +83,6 @@ def checks(run) -> tuple[dict[str, tuple[bool, str]], dict[str, tuple[bool, str]
 
 
 def test_acceptance_on_the_embedded_model(model):
-    spec, cfg = prepare("graph_sawtooth", {"gamma_curve": True})  # the graded gamma study rides along
-    run = load_run(execute(spec, cfg, out=ROOT / "artifacts", model=model, progress=False))
+    run = full_run("graph_sawtooth", model, {"gamma_curve": True})  # the graded gamma study rides along
     gated, reported = checks(run)
-    report = {
-        "probe": "graph_sawtooth", "model": run.manifest["model"].get("name"), "run": str(run.path),
-        "metrics": run.metrics, "timings": run.timings,
-        "checks": {name: {"passed": ok, "measured": detail} for name, (ok, detail) in gated.items()},
-        "reported": {name: {"passed": ok, "measured": detail} for name, (ok, detail) in reported.items()},
-    }
-    out = ROOT / "artifacts" / "acceptance"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "graph_sawtooth.json").write_text(json.dumps(report, indent=1, default=str))
-    for name, (ok, detail) in gated.items():
-        print(f"{'PASS' if ok else 'FAIL'}  {name}: {detail}")
-    for name, (ok, detail) in reported.items():
-        print(f"{'(ok)' if ok else '(no)'}  {name}: {detail}  [reported, not gated]")
-    failed = [f"{name} ({detail})" for name, (ok, detail) in gated.items() if not ok]
-    assert not failed, "unmet acceptance checks: " + "; ".join(failed)
+    report("graph_sawtooth", run, gated, reported=reported)

@@ -10,20 +10,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
-import pytest
+from acceptance import ARTIFACTS, SLACK, Checks, full_run
 
-from interp.runner import execute, prepare
-from interp.store import load_run
-
-pytestmark = pytest.mark.slow
-
-ROOT = Path(__file__).resolve().parents[2]
 BUDGET_CORE_S, BUDGET_SFT_S = 8 * 60, 12 * 60
-SLACK = float(os.environ.get("INTERP_BUDGET_SLACK", "1"))
-"""Multiplier of the wall-clock budgets for machines shared with other jobs (timings are always reported)."""
 MECHANISM = ("pos0_norm_base", "pos0_norm_ablated", "sink_mass_base", "sink_mass_ablated", "massive_writer_units",
              "ppl_keystone_minus_massive", "ppl_massive_only")
 
@@ -34,11 +25,8 @@ def stages(t: dict) -> str:
 
 def core_checks(run) -> dict[str, tuple[bool, str]]:
     m, t = run.metrics, run.timings
-    g = lambda k: m.get(k) if m.get(k) is not None else float("nan")  # noqa: E731
-    out: dict[str, tuple[bool, str]] = {}
-
-    def check(name: str, ok, detail: str) -> None:
-        out[name] = (bool(ok), detail)
+    out = Checks(run)
+    check, g = out.check, out.value
 
     base = g("ppl_base")
     # 1. teacher forcing
@@ -79,8 +67,8 @@ def core_checks(run) -> dict[str, tuple[bool, str]]:
     check("6: task_acc_random_ablated >= task_acc_base - 0.10", g("task_acc_random_ablated") >= acc - 0.10,
           f"{g('task_acc_random_ablated'):.3f} vs {acc:.3f}")
     # 7. hygiene
-    check("7: weight hash equals the original after all conditions", m.get("weights_hash_restored") is True,
-          f"{m.get('weights_hash_restored')}")
+    check("7: weight hash equals the original after all conditions", m.get("lm_weights_unchanged") is True,
+          f"{m.get('lm_weights_unchanged')}")
     # 9. position 0 and the sink: reported, their presence checked
     missing = [k for k in MECHANISM if k not in m]
     check("9: mechanism metrics present", not missing, f"missing {missing}" if missing else "all present")
@@ -92,11 +80,8 @@ def core_checks(run) -> dict[str, tuple[bool, str]]:
 
 def sft_checks(run) -> dict[str, tuple[bool, str]]:
     m, t = run.metrics, run.timings
-    g = lambda k: m.get(k) if m.get(k) is not None else float("nan")  # noqa: E731
-    out: dict[str, tuple[bool, str]] = {}
-
-    def check(name: str, ok, detail: str) -> None:
-        out[name] = (bool(ok), detail)
+    out = Checks(run)
+    check, g = out.check, out.value
 
     check("8: sft_mask_exact", m.get("sft_mask_exact") is True, f"{m.get('sft_mask_exact')}")
     check("8: sft_trainable_fraction_keystone <= 0.005", g("sft_trainable_fraction_keystone") <= 0.005,
@@ -106,8 +91,8 @@ def sft_checks(run) -> dict[str, tuple[bool, str]]:
     check("8: sft_broad_ppl_ratio_keystone <= sft_broad_ppl_ratio_full",
           g("sft_broad_ppl_ratio_keystone") <= g("sft_broad_ppl_ratio_full"),
           f"{g('sft_broad_ppl_ratio_keystone'):.4f} vs {g('sft_broad_ppl_ratio_full'):.4f}")
-    check("8: weight hash equals the original after SFT", m.get("weights_hash_restored") is True,
-          f"{m.get('weights_hash_restored')}")
+    check("8: weight hash equals the original after SFT", m.get("lm_weights_unchanged") is True,
+          f"{m.get('lm_weights_unchanged')}")
     secs = t.get("seconds_total", math.inf)
     check(f"budget: SFT check <= {BUDGET_SFT_S * SLACK:.0f} s", secs <= BUDGET_SFT_S * SLACK,
           f"{secs:.0f} s ({stages(t)}; {t.get('cpu_seconds_total', float('nan')):.0f} CPU-s)")
@@ -127,16 +112,14 @@ def _dump(path: Path, runs: dict, verdicts: dict) -> None:
 
 
 def test_keystone_acceptance(model, tmp_path):
-    out = ROOT / "artifacts"
+    path = ARTIFACTS / "acceptance" / "keystone.json"
     runs, verdicts = {}, {}
-    spec, cfg = prepare("keystone", {})
-    runs["core"] = load_run(execute(spec, cfg, out=out, model=model))
+    runs["core"] = full_run("keystone", model, progress=True)
     verdicts.update(core_checks(runs["core"]))
-    _dump(ROOT / "artifacts" / "acceptance" / "keystone.json", runs, verdicts)
-    spec, cfg = prepare("keystone", {"sft.enable": True, "ablation": False})
-    runs["sft"] = load_run(execute(spec, cfg, out=out, model=model))
+    _dump(path, runs, verdicts)
+    runs["sft"] = full_run("keystone", model, {"sft.enable": True, "ablation": False}, progress=True)
     verdicts.update(sft_checks(runs["sft"]))
-    _dump(ROOT / "artifacts" / "acceptance" / "keystone.json", runs, verdicts)
+    _dump(path, runs, verdicts)
     for name, (ok, detail) in verdicts.items():
         print(f"{'PASS' if ok else 'FAIL'}  {name}: {detail}")
     failed = [f"{k}: {d}" for k, (ok, d) in verdicts.items() if not ok]

@@ -8,31 +8,17 @@ findings (hypotheses of a paper that was not found) are reported, never gated.
 
 from __future__ import annotations
 
-import json
 import math
-import os
-from pathlib import Path
 
-import pytest
+from acceptance import SLACK, Checks, full_run, report
 
-from interp.runner import execute, prepare
-from interp.store import load_run
-
-pytestmark = pytest.mark.slow
-
-ROOT = Path(__file__).resolve().parents[2]
 BUDGET_A_S, BUDGET_B_S, BUDGET_C_S = 60, 3 * 60, 8 * 60
-SLACK = float(os.environ.get("INTERP_BUDGET_SLACK", "1"))
-"""Multiplier of the wall-clock budgets for machines shared with other jobs (timings are always reported)."""
 
 
 def checks(run) -> dict[str, tuple[bool, str]]:
     m, t = run.metrics, run.timings
-    g = lambda k: m.get(k) if m.get(k) is not None else float("nan")  # noqa: E731
-    out: dict[str, tuple[bool, str]] = {}
-
-    def check(name: str, ok, detail: str) -> None:
-        out[name] = (bool(ok), detail)
+    out = Checks(run)
+    check, g = out.check, out.value
 
     # A. synthetic ground truth
     check("A: Lanczos recovers the stiff subspace (max angle <= 1 deg)", g("synthetic_stiff_max_angle_deg") <= 1,
@@ -103,20 +89,5 @@ def graded(run) -> dict[str, object]:
 
 
 def test_acceptance_on_the_embedded_model(model):
-    spec, cfg = prepare("lockin", {})
-    run = load_run(execute(spec, cfg, out=ROOT / "artifacts", model=model, progress=False))
-    results = checks(run)
-    report = {
-        "probe": "lockin", "model": run.manifest["model"].get("name"), "run": str(run.path),
-        "metrics": run.metrics, "timings": run.timings, "graded": graded(run),
-        "checks": {name: {"passed": ok, "measured": detail} for name, (ok, detail) in results.items()},
-    }
-    out = ROOT / "artifacts" / "acceptance"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "lockin.json").write_text(json.dumps(report, indent=1, default=str))
-    for name, (ok, detail) in results.items():
-        print(f"{'PASS' if ok else 'FAIL'}  {name}: {detail}")
-    for name, value in report["graded"].items():
-        print(f"GRADED  {name}: {value}")
-    failed = [f"{name} ({detail})" for name, (ok, detail) in results.items() if not ok]
-    assert not failed, "unmet acceptance checks: " + "; ".join(failed)
+    run = full_run("lockin", model)
+    report("lockin", run, checks(run), graded=graded(run))

@@ -10,29 +10,18 @@ from __future__ import annotations
 
 import json
 import math
-import os
-from pathlib import Path
 
-import pytest
+from acceptance import ARTIFACTS, SLACK, Checks, full_run
 
-from interp.runner import execute, prepare
-from interp.store import load_run
 from probes.sae_falsification.checks import FN_FLAGS, FP_FLAGS
 
-pytestmark = pytest.mark.slow
-
-ROOT = Path(__file__).resolve().parents[2]
-SLACK = float(os.environ.get("INTERP_BUDGET_SLACK", "1"))
 BUDGETS = {"sae": 10 * 60, "detection": 3 * 60, "injection": 6 * 60, "loop": 4 * 60, "steering": 3 * 60}
 
 
 def checks(run) -> dict[str, tuple[bool, str]]:
     m, t, cfg = run.metrics, run.timings, run.config
-    g = lambda k: m.get(k) if m.get(k) is not None else float("nan")  # noqa: E731
-    out: dict[str, tuple[bool, str]] = {}
-
-    def check(name: str, ok, detail: str) -> None:
-        out[name] = (bool(ok), detail)
+    out = Checks(run)
+    check, g = out.check, out.value
 
     for stage, budget in BUDGETS.items():
         s = t.get(f"seconds_{stage}", float("inf"))
@@ -117,8 +106,7 @@ def stop_detail(cand, cfg) -> str:
 
 
 def test_sae_falsification_acceptance(model):
-    spec, cfg = prepare("sae_falsification", {})
-    run = load_run(execute(spec, cfg, out=ROOT / "artifacts", model=model, progress=False))
+    run = full_run("sae_falsification", model)
     result = checks(run)
     report = {
         "probe": "sae_falsification", "run": str(run.path), "config": run.config,
@@ -126,7 +114,7 @@ def test_sae_falsification_acceptance(model):
         "timings": run.timings, "budget_slack": SLACK,
         "checks": {name: {"ok": ok, "measured": detail} for name, (ok, detail) in result.items()},
     }
-    out = ROOT / "artifacts" / "acceptance" / "sae_falsification.json"
+    out = ARTIFACTS / "acceptance" / "sae_falsification.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2, default=str))
     for name, (ok, detail) in result.items():

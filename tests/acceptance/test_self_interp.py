@@ -10,21 +10,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
-from pathlib import Path
 
-import pytest
+from acceptance import SLACK, Checks, full_run, report
 
-from interp.runner import execute, prepare
-from interp.store import load_run
-
-pytestmark = pytest.mark.slow
-
-ROOT = Path(__file__).resolve().parents[2]
 CORE_BUDGET_S = 10 * 60
 EXTENDED_BUDGET_S = 6 * 60
-SLACK = float(os.environ.get("INTERP_BUDGET_SLACK", "1"))
-"""Multiplier of the wall-clock budgets for machines shared with other jobs (the timing is always reported)."""
 PARAMS = {"identity": 0, "scale_only": 1, "bias_only": 576, "scalar_affine": 577, "low_rank": 9793,
           "full_rank": 332_352}
 
@@ -33,11 +23,8 @@ def checks(run) -> tuple[dict[str, tuple[bool, str]], dict[str, str]]:
     """(gated checks: name -> (passed, measured), graded items: name -> measured)."""
     m, t = run.metrics, run.timings
     g = lambda k: m[k] if isinstance(m.get(k), (int, float)) else float("nan")  # noqa: E731
-    out: dict[str, tuple[bool, str]] = {}
-    graded: dict[str, str] = {}
-
-    def check(name: str, ok, detail: str) -> None:
-        out[name] = (bool(ok), detail)
+    out, graded = Checks(run), {}
+    check = out.check
 
     def gain(other: str) -> tuple[float, float, float]:
         k = f"recall1_gain_vs_{other}"
@@ -125,21 +112,6 @@ def checks(run) -> tuple[dict[str, tuple[bool, str]], dict[str, str]]:
 
 
 def test_acceptance_on_the_embedded_model(model):
-    spec, cfg = prepare("self_interp", {})
-    run = load_run(execute(spec, cfg, out=ROOT / "artifacts", model=model, progress=False))
+    run = full_run("self_interp", model)
     results, graded = checks(run)
-    report = {
-        "probe": "self_interp", "model": run.manifest["model"].get("name"), "run": str(run.path),
-        "metrics": run.metrics, "timings": run.timings,
-        "checks": {name: {"passed": ok, "measured": detail} for name, (ok, detail) in results.items()},
-        "graded": graded,
-    }
-    out = ROOT / "artifacts" / "acceptance"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "self_interp.json").write_text(json.dumps(report, indent=1, default=str))
-    for name, (ok, detail) in results.items():
-        print(f"{'PASS' if ok else 'FAIL'}  {name}: {detail}")
-    for name, detail in graded.items():
-        print(f"GRADED  {name}: {detail}")
-    failed = [f"{name} ({detail})" for name, (ok, detail) in results.items() if not ok]
-    assert not failed, "unmet acceptance checks: " + "; ".join(failed)
+    report("self_interp", run, results, graded=graded)

@@ -127,6 +127,18 @@ def wait_for_text(driver, text: str, timeout: float = 60) -> None:
     )
 
 
+def wait_for(driver, css: str, n: int = 1, timeout: float = 60):
+    """The elements matching `css` once there are at least `n` of them (or all there are at the timeout)."""
+    from selenium.webdriver.common.by import By
+
+    deadline = time.monotonic() + timeout
+    while True:
+        found = driver.find_elements(By.CSS_SELECTOR, css)
+        if len(found) >= n or time.monotonic() > deadline:
+            return found
+        time.sleep(0.3)
+
+
 def test_served_dashboard_in_chromium(runs, server, browser, tmp_path):
     from selenium.webdriver.common.by import By
 
@@ -141,11 +153,7 @@ def test_served_dashboard_in_chromium(runs, server, browser, tmp_path):
     browser.get(f"{server}/logit_lens?run={ref}")
     wait_for_text(browser, "from which layer on")
     wait_for_text(browser, "Top-k tokens by layer")
-    plots = browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")
-    deadline = time.monotonic() + 30
-    while len(plots) < 2 and time.monotonic() < deadline:
-        time.sleep(0.3)
-        plots = browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")
+    plots = wait_for(browser, ".js-plotly-plot", 2, timeout=30)
     assert len(plots) == 2, "the heatmap and the by-layer plot did not render"
     time.sleep(1)
     browser.save_screenshot(str(tmp_path / "logit_lens.png"))
@@ -157,17 +165,6 @@ def external_requests(driver, server: str) -> list[str]:
     """URLs the current document (and its frames, by the caller) fetched from anywhere but the server."""
     urls = driver.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
     return [u for u in urls if not u.startswith((server, "data:", "blob:", "about:"))]
-
-
-def wait_for(driver, css: str, n: int = 1, timeout: float = 60):
-    from selenium.webdriver.common.by import By
-
-    deadline = time.monotonic() + timeout
-    while True:
-        found = driver.find_elements(By.CSS_SELECTOR, css)
-        if len(found) >= n or time.monotonic() > deadline:
-            return found
-        time.sleep(0.3)
 
 
 def test_new_pages_in_chromium_with_the_network_off(runs, server, browser, tmp_path):
@@ -222,11 +219,7 @@ def test_patching_page_in_chromium(runs, server, browser, tmp_path):
     browser.get(f"{server}/patching?run={runs.done['patching']}")
     wait_for_text(browser, "Top components")
     wait_for_text(browser, "activation patching")
-    plots = browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")
-    deadline = time.monotonic() + 30
-    while len(plots) < 3 and time.monotonic() < deadline:
-        time.sleep(0.3)
-        plots = browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")
+    plots = wait_for(browser, ".js-plotly-plot", 3, timeout=30)
     assert len(plots) == 3, "the two heatmaps and the agreement scatter did not render"
     assert "Traceback" not in browser.find_element(By.TAG_NAME, "body").text
     time.sleep(1)

@@ -2,15 +2,6 @@
 the neuron basis of the same data; on SmolLM2 the whitening re-centres held-out angles at 90 degrees, the
 neurons reconstruct exactly but are never unique, and the saved TSAE reloads through SAELens unchanged."""
 
-import pytest
-
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def quick(quick_runs):
-    return quick_runs("atoms")
-
 
 def test_tsae_recovers_known_atoms_against_neurons(quick):
     m = quick.metrics

@@ -6,14 +6,6 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pytest
-
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def quick(quick_runs):
-    return quick_runs("conversational_inertia")
 
 
 def test_diagonal_attention_beats_the_null_and_the_control(quick):

@@ -7,13 +7,6 @@ import json
 
 import pytest
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def quick(quick_runs):
-    return quick_runs("graph_sawtooth")
-
 
 def test_sawtooth_beats_the_segment_shuffled_null(quick):
     m = quick.metrics

@@ -1,15 +1,6 @@
 """lockin quick size on the embedded model: the ground truth passes, the projection is exact, and real
 updates concentrate in the broad loss's stiff directions far beyond a random k-frame's share."""
 
-import pytest
-
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def quick(quick_runs):
-    return quick_runs("lockin")
-
 
 def test_synthetic_ground_truth_passes(quick):
     m = quick.metrics

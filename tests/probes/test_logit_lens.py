@@ -1,11 +1,7 @@
 """logit_lens on the embedded model: the answer emerges late, and only for its own prompt."""
 
-import pytest
-
 from interp.runner import execute, prepare
 from interp.store import load_run
-
-pytestmark = pytest.mark.slow
 
 
 def run(model, tmp_path, **over):

@@ -3,17 +3,9 @@ on the same bridge as the reference, and the effect against the cells that canno
 
 import numpy as np
 import pandas as pd
-import pytest
 import torch
 
-pytestmark = pytest.mark.slow
-
 TL_LAYERS = [0, 14, 29]  # the reference runs one forward per cell: a few layers keep it to ~45 forwards
-
-
-@pytest.fixture(scope="module")
-def quick(quick_runs):
-    return quick_runs("patching")
 
 
 def test_identities_and_effects(quick):

@@ -8,18 +8,9 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import pytest
-
 from interp.runner import execute, prepare
 from interp.store import load_run
 from probes.sae_falsification.checks import FN_FLAGS, FP_FLAGS
-
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def quick(quick_runs):
-    return quick_runs("sae_falsification")
 
 
 def test_top_tokens_switch_features_on_more_than_matched_random_tokens(quick):

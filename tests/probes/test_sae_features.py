@@ -13,8 +13,6 @@ import pytest
 from app.figures import sae_features as F
 from interp.store import load_run
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def run(micro_runs):

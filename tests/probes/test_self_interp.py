@@ -4,13 +4,6 @@ describes a new vector through the public `describe` call."""
 
 import pytest
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def quick(quick_runs):
-    return quick_runs("self_interp")
-
 
 def test_adapter_reads_out_held_out_topics_above_chance(quick):
     m = quick.metrics
