@@ -112,6 +112,20 @@ class RunContext:
             self.log_timings(**{f"seconds_{stage}": round(time.perf_counter() - t0, 3),
                                 f"cpu_seconds_{stage}": round(time.process_time() - c0, 3)})
 
+    @contextlib.contextmanager
+    def weights_unchanged(self, what: str) -> Iterator[None]:
+        """Prove the enclosed stages leave the model's weights bit-identical (`interp.weights_digest`, over every
+        parameter's bytes): logs the metric `lm_weights_unchanged`, and raises NumericError naming `what` if they
+        differ (a run that changed the shared model measured something else after the change)."""
+        from ._intervene import weights_digest
+
+        before = weights_digest(self.model)
+        yield
+        same = weights_digest(self.model) == before
+        self.log_metrics(lm_weights_unchanged=same)
+        if not same:
+            raise NumericError(f"the model's weights differ from the original after {what}")
+
     def check_finite(self, where: str, value: Any) -> None:
         """NumericError naming `where` if a tensor/array/number holds NaN or inf."""
         if hasattr(value, "isfinite"):

@@ -195,6 +195,27 @@ def token_chunks(tokenizer: Any, texts: Sequence[str], n_seqs: int, seq_len: int
     return [stream[i * seq_len:(i + 1) * seq_len] for i in range(n_seqs)]
 
 
+def bos_id(tokenizer: Any) -> int | None:
+    """The BOS id the tokenizer puts before a text (Gemma's ``<bos>``), or None when it adds none (SmolLM2, GPT-2)."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    try:
+        with_special = list(tokenizer("a")["input_ids"])
+        without = _encode(tokenizer, "a")
+    except Exception:  # noqa: BLE001 - a tokenizer without the HF call API adds nothing we know of
+        return None
+    if bos is not None and len(with_special) > len(without) and with_special[0] == bos:
+        return int(bos)
+    return None
+
+
+def token_windows(tokenizer: Any, texts: Sequence[str], n: int, length: int, bos: int | None) -> list[list[int]]:
+    """`n` windows of exactly `length` token ids cut from `texts`, as the model sees a text: `bos` (the model's
+    `info.bos_id`) first when it is not None, then ``length - 1`` contiguous tokens (`token_chunks`); without a BOS,
+    `length` contiguous tokens."""
+    chunks = token_chunks(tokenizer, texts, n, length - (bos is not None))
+    return [[bos, *c] for c in chunks] if bos is not None else chunks
+
+
 def corpus_info(source: str, *, seed: int = 0, texts: Sequence[str] | None = None) -> dict[str, Any]:
     """Name, document count, size and sha256 of a source, for run manifests.
 

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import embedded, families
+from . import data, embedded, families
 from .config import ModelLimits
 from .errors import ConfigError, ModelNotFound
 from .sites import Site
@@ -289,6 +289,8 @@ class ModelInfo:
     """Hugging Face `model_type` (llama, gemma3_text, gpt2, ...)."""
     site_fallbacks: dict[str, str] | None = None
     """Site kinds this family serves through another site's hook, with why (attn_rot_k -> attn_k: ...)."""
+    bos_id: int | None = None
+    """The BOS id the tokenizer puts before a text (`interp.data.bos_id`; Gemma's <bos>), None when it adds none."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -488,6 +490,7 @@ def _info(name: str, source: str, hf: Any, tokenizer: Any, weights_sha256: str) 
         family=a.family,
         site_fallbacks={k: f"{fb[0]} ({fb[1]})" for k in families.ROTARY_KINDS
                         if (fb := families.site_fallback(k, a.family))} or None,
+        bos_id=data.bos_id(tokenizer),
     )
 
 

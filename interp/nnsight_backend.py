@@ -21,11 +21,7 @@ from torch import Tensor
 
 from .errors import InterpError
 from .models import HookFn, Model
-from .sites import CAPABILITIES, Site
-
-# order of the sites inside one decoder layer (execution order)
-_ORDER = ["resid_pre", "attn_in", "attn_q", "attn_k", "attn_v", "attn_z", "attn_pattern", "attn_out",
-          "resid_mid", "mlp_in", "mlp_gate", "mlp_up", "mlp_post", "mlp_out", "resid_post"]
+from .sites import CAPABILITIES, Site, forward_rank
 
 
 class NNsightModel(Model):
@@ -110,44 +106,23 @@ class NNsightModel(Model):
             value[...] = new
 
     def _point(self, site: Site) -> tuple[Any, str, Any]:
-        """(nnsight envoy, "input" | "output", tuple index or None) for a site."""
-        m = self.lm
-        if self._gpt2:
-            base = m.transformer
-            if site.kind == "embed":
-                return base.wte, "output", None
-            if site.kind == "final":
-                return base.ln_f, "output", None
-            if site.kind == "logits":
-                return m.lm_head, "output", None
-            blk = base.h[site.layer]
-            table = {"resid_pre": (blk, "input", None), "resid_post": (blk, "output", 0),
-                     "attn_out": (blk.attn, "output", 0), "attn_pattern": (blk.attn, "output", 1),
-                     "resid_mid": (blk.ln_2, "input", None), "mlp_in": (blk.mlp, "input", None),
-                     "mlp_post": (blk.mlp.c_proj, "input", None), "mlp_out": (blk.mlp, "output", None),
-                     "attn_in": (blk.ln_1, "output", None)}
-            return table[site.kind]
-        base = m.model
-        if site.kind == "embed":
-            return base.embed_tokens, "output", None
-        if site.kind == "final":
-            return base.norm, "output", None
-        if site.kind == "logits":
-            return m.lm_head, "output", None
-        blk = base.layers[site.layer]
-        attn, mlp = blk.self_attn, blk.mlp
-        table = {
-            "resid_pre": (blk, "input", None), "resid_post": (blk, "output", None),
-            "attn_in": (blk.input_layernorm, "output", None),
-            "attn_q": (attn.q_proj, "output", None), "attn_k": (attn.k_proj, "output", None),
-            "attn_v": (attn.v_proj, "output", None), "attn_pattern": (attn, "output", 1),
-            "attn_z": (attn.o_proj, "input", None), "attn_out": (attn, "output", 0),
-            "resid_mid": (blk.post_attention_layernorm, "input", None),
-            "mlp_in": (mlp, "input", None), "mlp_gate": (mlp.gate_proj, "output", None),
-            "mlp_up": (mlp.up_proj, "output", None), "mlp_post": (mlp.down_proj, "input", None),
-            "mlp_out": (mlp, "output", None),
-        }
-        return table[site.kind]
+        """(nnsight envoy, "input" | "output", tuple index or None) for a site, from the model's anatomy."""
+        part, side, index = _POINTS[site.kind]
+        if site.kind == "resid_post" and self._gpt2:
+            index = 0  # GPT-2's block returns (hidden, present, ...)
+        a = self.anatomy
+        if site.layer is None:
+            module = {"embed": a.embed(), "final": a.final_norm, "logits": self.hf.get_output_embeddings()}[part]
+        elif part in ("layer", "attn", "mlp"):
+            module = a.layers[site.layer] if part == "layer" else getattr(a, part)(site.layer)
+        elif part.startswith("norm:"):
+            module = a.norm(site.layer, part[5:])
+        else:  # "proj:<role>": the projection module itself (separate q/k/v/o, gate/up/down)
+            module = self.hf.get_submodule(a.proj(site.layer, part[5:]).weight.rpartition(".")[0])
+        envoy = self.lm
+        for name in a.name_of(module).split("."):
+            envoy = envoy[int(name)] if name.isdigit() else getattr(envoy, name)
+        return envoy, side, index
 
     def _heads(self, site: Site) -> int | None:
         if site.kind in ("attn_q", "attn_z"):
@@ -169,12 +144,24 @@ class NNsightModel(Model):
         return new.reshape(old.shape).to(old.dtype)
 
 
-def _rank(site: Site) -> tuple[int, int]:
-    if site.kind == "embed":
-        return (-1, 0)
-    if site.kind in ("final", "logits"):
-        return (10**6, 0 if site.kind == "final" else 1)
-    return (site.layer, _ORDER.index(site.kind))
+#: site kind -> (part of the model, "input" | "output", tuple index): the module boundary nnsight reads it at.
+_POINTS = {
+    "embed": ("embed", "output", None), "final": ("final", "output", None), "logits": ("logits", "output", None),
+    "resid_pre": ("layer", "input", None), "resid_post": ("layer", "output", None),
+    "attn_in": ("norm:attn_in", "output", None), "resid_mid": ("norm:mlp_in", "input", None),
+    "attn_q": ("proj:q", "output", None), "attn_k": ("proj:k", "output", None), "attn_v": ("proj:v", "output", None),
+    "attn_pattern": ("attn", "output", 1), "attn_z": ("proj:o", "input", None), "attn_out": ("attn", "output", 0),
+    "mlp_in": ("mlp", "input", None), "mlp_gate": ("proj:gate", "output", None), "mlp_up": ("proj:up", "output", None),
+    "mlp_post": ("proj:down", "input", None), "mlp_out": ("mlp", "output", None),
+}
+
+
+def _rank(site: Site) -> tuple[int, float]:
+    """The order nnsight must touch sites in: `interp.sites.forward_rank`, except that the pattern is read from
+    the attention module's output, after its o_proj has consumed z inside it."""
+    if site.kind == "attn_pattern":
+        return (site.layer, forward_rank(Site("attn_z", site.layer))[1] + 0.5)
+    return forward_rank(site)
 
 
 def supported_kinds(gpt2: bool = False) -> set[str]:

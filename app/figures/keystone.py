@@ -13,8 +13,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from app.figures import DIVERGING, signed_range, token_labels
+from probes.keystone import NEURON_TYPES as TYPES
 
-TYPES = ("fwd_up", "fwd_down", "attn_q", "attn_k", "attn_v", "attn_o")
 CONDITION_ORDER = ("base", "keystone", "random", "highnorm", "highnorm_top", "swap", "keystone_minus_massive",
                    "massive_only")
 DECOMPOSITION = ("base", "massive_only", "keystone_minus_massive", "keystone")
@@ -33,43 +33,6 @@ def prompt_means(tensors: Mapping[str, np.ndarray], group: int = 1) -> dict[str,
         g, pid, t = key.split("/")
         if g == f"g{group}":
             out.setdefault(pid, {})[t] = np.asarray(v, dtype=np.float32)
-    return out
-
-
-def n_keep(n: int, p: float) -> int:
-    """max(1, int(n * p)): the released code's per-layer count (as the probe)."""
-    return max(1, int(n * p))
-
-
-def kv_repeat(model: Mapping, config: Mapping) -> dict[str, tuple[int, int]]:
-    """type -> (d_head, n_rep) of the K/V types the run ranked at query width (kv_width="query", GQA models)."""
-    n_rep = int(model.get("n_heads") or 1) // max(1, int(model.get("n_kv_heads") or model.get("n_heads") or 1))
-    if config.get("kv_width", "query") != "query" or n_rep <= 1 or not model.get("d_head"):
-        return {}
-    return {t: (int(model["d_head"]), n_rep) for t in ("attn_k", "attn_v")}
-
-
-def keystone_at(means: Mapping[str, Mapping[str, np.ndarray]], p: float,
-                kv: Mapping[str, tuple[int, int]] | None = None) -> dict[str, np.ndarray]:
-    """Per-layer top-p of every prompt (ties to the lower index), intersected over prompts: type -> bool. K/V types
-    in `kv` are ranked at query width (each KV head repeated n_rep times) and kept as their distinct KV rows."""
-    out: dict[str, np.ndarray] = {}
-    kv = kv or {}
-    for m in means.values():
-        for t, v in m.items():
-            if t in kv:
-                d_head, n_rep = kv[t]
-                L, w = v.shape
-                wide = np.repeat(v.reshape(L, w // d_head, 1, d_head), n_rep, axis=2).reshape(L, -1)
-                order = np.argsort(-wide, axis=-1, kind="stable")[:, : n_keep(wide.shape[1], p)]
-                sel_wide = np.zeros(wide.shape, dtype=bool)
-                np.put_along_axis(sel_wide, order, True, axis=-1)
-                sel = sel_wide.reshape(L, w // d_head, n_rep, d_head).any(axis=2).reshape(L, w)
-            else:
-                order = np.argsort(-v, axis=-1, kind="stable")[:, : n_keep(v.shape[1], p)]
-                sel = np.zeros(v.shape, dtype=bool)
-                np.put_along_axis(sel, order, True, axis=-1)
-            out[t] = sel if t not in out else out[t] & sel
     return out
 
 
@@ -121,14 +84,15 @@ def neuron_bars(row: pd.Series) -> go.Figure:
     return fig
 
 
-def cell_histogram(means: Mapping[str, Mapping[str, np.ndarray]], t: str, layer: int, index: int, p: float
+def cell_histogram(means: Mapping[str, Mapping[str, np.ndarray]], t: str, layer: int, index: int, c: int
                    ) -> go.Figure:
-    """Mean |act| over the neuron's cell for every prompt, with each prompt's top-c cut-off and the neuron."""
+    """Mean |act| over the neuron's cell for every prompt, with each prompt's top-c cut-off (`c` from the run's
+    cells table) and the neuron."""
     fig = go.Figure()
     for pid, m in means.items():
         v = m[t][layer]
         fig.add_trace(go.Histogram(x=v, name=pid, opacity=0.5, nbinsx=60))
-        cut = np.sort(v)[::-1][n_keep(len(v), p) - 1]
+        cut = np.sort(v)[::-1][c - 1]
         fig.add_vline(x=float(cut), line_dash="dash", line_width=1)
     first = next(iter(means.values()))[t][layer]
     fig.add_vline(x=float(first[index]), line_color=COLOURS["keystone"], line_width=2,

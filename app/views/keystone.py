@@ -26,55 +26,45 @@ def _ratio(m: dict, key: str) -> str:
 
 
 def render(run: Run) -> None:
-    common.intro(QUESTION, METHOD, run)
     m, t, cfg = run.metrics, run.timings, run.config
     if cfg.get("selection_mode") == "global":
         st.warning("Selection mode `global` ranks all neuron types together although their scales differ "
                    "widely (o and v are small, MLP post can be huge); use `per_layer` for the paper's method.")
     header(m, t)
-    tabs = st.tabs(["Neurons", "Ablation", "Sink decomposition", "Stability", "Teacher forcing", "SFT", "Prompts"])
-    with tabs[0]:
-        neurons_panel(run)
-    with tabs[1]:
-        ablation_panel(run)
-    with tabs[2]:
-        mechanism_panel(run)
-    with tabs[3]:
-        stability_panel(run)
-    with tabs[4]:
-        tf_panel(run)
-    with tabs[5]:
-        sft_panel(run)
-    with tabs[6]:
-        prompts_panel(run)
+    common.tabs(run, {"Neurons": neurons_panel, "Ablation": ablation_panel, "Sink decomposition": mechanism_panel,
+                      "Stability": stability_panel, "Teacher forcing": tf_panel, "SFT": sft_panel,
+                      "Prompts": prompts_panel})
 
 
 def header(m: dict, t: dict) -> None:
-    fv = common.fmt_value
-    cols = st.columns(4)
-    cols[0].metric("keystone neurons", fv(m.get("keystone_count")),
-                   help=f"of {fv(m.get('n_neurons'))} neurons; fraction {fv(m.get('keystone_fraction'))} at "
-                        f"p = {fv(m.get('keystone_p'))}")
-    cols[1].metric("size vs a prompt's top-p set", fv(m.get("keystone_prompt_set_ratio")),
-                   help="keystone_count / the size of each prompt's top-p set (≤ 1 by construction)")
-    cols[2].metric("stability IoU (chance)", f"{fv(m.get('stability_iou'))} ({fv(m.get('stability_iou_chance'))})")
-    cols[3].metric("MLP units (up ∪ down)", fv(m.get("mlp_effective_neurons")))
-    cols = st.columns(4)
-    cols[0].metric("ppl keystone / base", _ratio(m, "ppl_keystone_ablated"),
-                   help=f"{fv(m.get('ppl_keystone_ablated'))} vs {fv(m.get('ppl_base'))}")
-    cols[1].metric("ppl random / base", _ratio(m, "ppl_random_ablated"), help="median over matched random sets")
-    cols[2].metric("ppl high-norm / base", _ratio(m, "ppl_highnorm_ablated"))
-    cols[3].metric("ppl swap / base", _ratio(m, "ppl_swap"))
-    cols = st.columns(4)
-    cols[0].metric("position-0 norm", f"{fv(m.get('pos0_norm_base'))} → {fv(m.get('pos0_norm_ablated'))}",
-                   help="max over layers of ‖resid_post‖ at position 0, base → keystone ablated")
-    cols[1].metric("sink mass", f"{fv(m.get('sink_mass_base'))} → {fv(m.get('sink_mass_ablated'))}",
-                   help="attention on position 0 (queries ≥ 1), base → keystone ablated")
-    cols[2].metric("task accuracy", f"{fv(m.get('task_acc_base'))} → {fv(m.get('task_acc_keystone_ablated'))}",
-                   help=f"random ablation: {fv(m.get('task_acc_random_ablated'))}")
-    cols[3].metric("teacher-forcing speed-up", fv(t.get("teacher_forced_speedup")),
-                   help=f"max rel. error {fv(m.get('teacher_forced_max_rel_err'))}")
-    if m.get("weights_hash_restored") is False:
+    common.metric_row(
+        m,
+        ("keystone neurons", "{keystone_count}",
+         "of {n_neurons} neurons; fraction {keystone_fraction} at p = {keystone_p}"),
+        ("size vs a prompt's top-p set", "{keystone_prompt_set_ratio}",
+         "keystone_count / the size of each prompt's top-p set (≤ 1 by construction)"),
+        ("stability IoU (chance)", "{stability_iou} ({stability_iou_chance})"),
+        ("MLP units (up ∪ down)", "{mlp_effective_neurons}"),
+    )
+    common.metric_row(
+        m,
+        ("ppl keystone / base", _ratio(m, "ppl_keystone_ablated"), "{ppl_keystone_ablated} vs {ppl_base}"),
+        ("ppl random / base", _ratio(m, "ppl_random_ablated"), "median over matched random sets"),
+        ("ppl high-norm / base", _ratio(m, "ppl_highnorm_ablated")),
+        ("ppl swap / base", _ratio(m, "ppl_swap")),
+    )
+    common.metric_row(
+        m,
+        ("position-0 norm", "{pos0_norm_base} → {pos0_norm_ablated}",
+         "max over layers of ‖resid_post‖ at position 0, base → keystone ablated"),
+        ("sink mass", "{sink_mass_base} → {sink_mass_ablated}",
+         "attention on position 0 (queries ≥ 1), base → keystone ablated"),
+        ("task accuracy", "{task_acc_base} → {task_acc_keystone_ablated}",
+         "random ablation: {task_acc_random_ablated}"),
+        ("teacher-forcing speed-up", common.fmt_value(t.get("teacher_forced_speedup")),
+         "max rel. error {teacher_forced_max_rel_err}"),
+    )
+    if m.get("lm_weights_unchanged") is False:
         st.error("The model's weight hash differed after the conditions: the run is not trustworthy.")
 
 
@@ -90,12 +80,11 @@ def neurons_panel(run: Run) -> None:
     ps = sorted(set(cells["p"]))
     p = st.select_slider("p", options=ps, value=main_p if main_p in ps else ps[0], key=K + "p") if len(ps) > 1 \
         else ps[0]
-    indices = F.cell_indices(ks) if p == main_p else None
-    if indices is None and run.has("mean_abs_act"):
-        sets = F.keystone_at(F.prompt_means(run.tensor_file("mean_abs_act")), p,
-                             F.kv_repeat(run.manifest.get("model", {}), run.config))
-        indices = {(t, int(layer)): [int(i) for i in m[layer].nonzero()[0]] for t, m in sets.items()
-                   for layer in range(m.shape[0]) if m[layer].any()}
+    if run.has("sets"):  # every swept p's set, as the probe selected it
+        sets = run.table("sets")
+        indices = F.cell_indices(sets[sets.p == p])
+    else:  # a run from before the probe saved them: the main p's set only (its keystone table)
+        indices = F.cell_indices(ks) if p == main_p else None
     event = st.plotly_chart(F.count_heatmap(cells, p, indices), key=K + "heatmap", on_select="rerun",
                             selection_mode="points")
     picked = _picked_cell(event)
@@ -143,16 +132,19 @@ def neuron_panel(run: Run, row: pd.Series, p: float) -> None:
         badges.append(f"🟠 its output column peaks on massive residual dimension {fv(row.get('out_argmax_dim'))}")
     if badges:
         st.markdown("  \n".join(badges))
-    cols = st.columns(3)
-    cols[0].metric("weight-slice norm", fv(row.get("weight_norm")))
-    cols[1].metric("mean |act| / layer median", fv(row.get("ratio_to_median")))
-    cols[2].metric("groups containing it", fv(row.get("n_groups_containing")))
+    common.metric_row(
+        row,
+        ("weight-slice norm", "{weight_norm}"),
+        ("mean |act| / layer median", "{ratio_to_median}"),
+        ("groups containing it", "{n_groups_containing}"),
+    )
     left, right = st.columns(2)
     left.plotly_chart(F.neuron_bars(row), key=K + "bars")
     if run.has("mean_abs_act"):
-        means = F.prompt_means(run.tensor_file("mean_abs_act"))
-        right.plotly_chart(F.cell_histogram(means, row["type"], int(row["layer"]), int(row["index"]), p),
-                           key=K + "hist")
+        means, cells = F.prompt_means(run.tensor_file("mean_abs_act")), run.table("cells")
+        cell = cells[(cells.p == p) & (cells.type == row["type"]) & (cells.layer == int(row["layer"]))]
+        right.plotly_chart(F.cell_histogram(means, row["type"], int(row["layer"]), int(row["index"]),
+                                            int(cell["c"].iloc[0]) if len(cell) else 1), key=K + "hist")
     if isinstance(row.get("top_tokens"), str):
         st.caption("Top tokens promoted by its down_proj column through the unembedding (approximate: the final "
                    f"norm is skipped): {row['top_tokens']}")
@@ -207,11 +199,13 @@ def stability_panel(run: Run) -> None:
 
 
 def tf_panel(run: Run) -> None:
+    common.metric_row(
+        run.timings,
+        ("per-step loop", "{tf_per_step_s} s"),
+        ("one teacher-forced pass", "{tf_one_pass_s} s"),
+        ("speed-up", "{teacher_forced_speedup}"),
+    )
     t = run.timings
-    cols = st.columns(3)
-    cols[0].metric("per-step loop", f"{common.fmt_value(t.get('tf_per_step_s'))} s")
-    cols[1].metric("one teacher-forced pass", f"{common.fmt_value(t.get('tf_one_pass_s'))} s")
-    cols[2].metric("speed-up", common.fmt_value(t.get("teacher_forced_speedup")))
     st.caption(f"{common.fmt_value(t.get('tf_check_tokens'))} tokens of the first prompt recorded both ways. "
                f"Top-p sets identical: {common.fmt_value(run.metrics.get('tf_keystone_sets_identical'))}; "
                f"max relative error {common.fmt_value(run.metrics.get('teacher_forced_max_rel_err'))}. "

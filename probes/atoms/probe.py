@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from interp.context import RunContext
-from interp.data import corpus_info, load_texts, token_chunks
+from interp.data import corpus_info, load_texts, token_windows
 from interp.errors import ConfigError
 from interp.sae import (
     ActivationBuffer,
@@ -37,7 +37,7 @@ from interp.sae import (
     save_sae,
     train_sae,
 )
-from interp.sae_source import load_sae as load_sae_spec
+from interp.sae.source import load_sae as load_sae_spec
 from interp.sites import Site
 
 from . import AtomsConfig
@@ -125,26 +125,11 @@ def run(cfg: AtomsConfig, ctx: RunContext) -> None:
 def corpus_windows(model, cfg: AtomsConfig) -> tuple[Tensor, dict]:
     """(n_windows, ctx_len) token ids: the corpus cut into windows (BOS first when the tokenizer adds one)."""
     texts = load_texts(cfg.corpus, seed=cfg.seed)
-    tok = model.tokenizer
-    bos = bos_id(tok)
-    body = cfg.ctx_len - (bos is not None)
     per_window = cfg.ctx_len - len(cfg.drop_positions)
     want = max(cfg.n_tokens, cfg.angle_tokens if cfg.angle_hooks else 0)
     n_windows = math.ceil(want / per_window * 1.03) + 2  # slack for the outlier filter
-    chunks = token_chunks(tok, texts, n_windows, body)
-    ids = torch.tensor(chunks, dtype=torch.long)
-    if bos is not None:
-        ids = torch.cat([torch.full((ids.shape[0], 1), bos), ids], 1)
+    ids = torch.tensor(token_windows(model.tokenizer, texts, n_windows, cfg.ctx_len, model.info.bos_id))
     return ids, corpus_info(cfg.corpus, seed=cfg.seed, texts=texts)
-
-
-def bos_id(tok) -> int | None:
-    """The BOS id the tokenizer puts first (Gemma's <bos>), or None when it adds none (SmolLM2)."""
-    with_special = tok("a").input_ids
-    without = tok.encode("a", add_special_tokens=False)
-    if len(with_special) > len(without) and with_special[0] == tok.bos_token_id:
-        return int(tok.bos_token_id)
-    return None
 
 
 def collect(model, windows: Tensor, cfg: AtomsConfig, progress: bool = False) -> ActivationBuffer:
@@ -242,7 +227,7 @@ def train_units(model, site: Site, train: Tensor, w, cfg: AtomsConfig, meta: dic
     hits = []
 
     def get(c: SAETrainConfig, transform, name: str):
-        if cfg.cache_saes:
+        if cfg.sae.cache:
             s, hit = cached_sae(model, site, c, lambda: train, data_key, transform=transform,
                                 metadata={**meta, "interp_unit": name}, progress=ctx.progress)
             hits.append(hit)
@@ -251,12 +236,12 @@ def train_units(model, site: Site, train: Tensor, w, cfg: AtomsConfig, meta: dic
                          progress=ctx.progress)
 
     tsae = get(tcfg, w.transform(), "tsae")
-    if cfg.sae_source == "train":
+    if cfg.sae.source == "train":
         sae = get(scfg, None, "sae")
     else:
-        sae = load_sae_spec(cfg.sae_source, field="sae_source")
+        sae = load_sae_spec(cfg.sae.source, field="sae.source")
         if sae_site(sae) != site:
-            raise ConfigError("sae_source", cfg.sae_source, f"an SAE for {site.tl_name}, not {sae_site(sae).tl_name}")
+            raise ConfigError("sae.source", cfg.sae.source, f"an SAE for {site.tl_name}, not {sae_site(sae).tl_name}")
         gen = torch.Generator().manual_seed(cfg.seed + 1)
         calib = train[torch.randperm(len(train), generator=gen)[: cfg.l0_calib_tokens]]
         value, l0 = calibrate_l0(sae, calib, cfg.target_l0)

@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 
 from interp.context import RunContext
-from interp.data import load_texts, token_chunks
+from interp.data import load_texts, token_windows
 from interp.errors import NumericError
 from interp.generate import perplexity
 from interp.sites import Site
@@ -414,12 +414,8 @@ def bootstrap(items, correct: dict, cfg: GraphSawtoothConfig, rng: np.random.Gen
 def run_controls(model, items, layers, S, gamma, cfg: GraphSawtoothConfig, ctx: RunContext) -> dict:
     """Non-graph perplexity with SLASH on S, and the concentration of the layers after max(S)."""
     texts = load_texts(cfg.ppl_data, seed=cfg.seed)
-    chunks = token_chunks(model.tokenizer, texts, cfg.ppl_tokens // cfg.ppl_len, cfg.ppl_len)
-    tok, bos = model.tokenizer, model.tokenizer.bos_token_id
-    plain = tok("a", add_special_tokens=False)["input_ids"]
-    adds_bos = bos is not None and tok("a")["input_ids"][:1] == [bos] and plain[:1] != [bos]
-    if adds_bos:  # BOS follows the tokenizer (Gemma): its <bos> is the sink, as in the graph prompts
-        chunks = [[bos, *c] for c in chunks]
+    bos = model.info.bos_id  # BOS follows the tokenizer (Gemma): its <bos> is the sink, as in the graph prompts
+    chunks = token_windows(model.tokenizer, texts, cfg.ppl_tokens // cfg.ppl_len, cfg.ppl_len + (bos is not None), bos)
     # full logits here: keep a batch's (batch, len, vocab) float32 logits near 512 MB (Gemma: 262k vocab)
     bs = max(1, min(cfg.batch_size, 2**27 // (cfg.ppl_len * model.info.d_vocab)))
     ppl_base = perplexity(model, chunks, batch_size=bs)

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from interp.sites import Site
 
-TYPES = ("fwd_up", "fwd_down", "attn_q", "attn_k", "attn_v", "attn_o")
+from . import NEURON_TYPES as TYPES
 
 
 @dataclass(frozen=True)

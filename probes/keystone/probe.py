@@ -16,7 +16,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from interp import weights_digest
 from interp.context import RunContext
 from interp.errors import NumericError
 from interp.precision import dtype_name
@@ -35,7 +34,17 @@ from .ablate import (
 from .data import load_prompts, load_tasks, sft_data
 from .neurons import SPECS, SliceMap, kv_ranking, neuron_coords, recording_site, widths
 from .record import generate, record_all, tf_check
-from .selection import cells_frame, count, from_units, keystone, mlp_effective, select_prompt, stability, units
+from .selection import (
+    cells_frame,
+    count,
+    from_units,
+    keystone,
+    mlp_effective,
+    select_prompt,
+    sets_frame,
+    stability,
+    units,
+)
 
 # seeds of the controls: np.random.default_rng((cfg.seed, KIND, s))
 _RANDOM, _HIGHNORM, _SWAP = 1, 2, 3
@@ -81,6 +90,7 @@ def run(cfg: KeystoneConfig, ctx: RunContext) -> None:
         raise NumericError(f"empty keystone set at p={cfg.top_p}: the {len(by_group[1])} prompts share no top-p neuron")
     sweep = {p: keystone(by_group[1], p, cfg.selection_mode, kv) for p in cfg.sweep_ps}
     ctx.save_table("cells", pd.concat([cells_frame(p, pp) for p, (_, pp) in sweep.items()], ignore_index=True))
+    ctx.save_table("sets", sets_frame({p: k for p, (k, _) in sweep.items()}))
     group_sets = {g: keystone(ms, cfg.top_p, cfg.selection_mode, kv)[0] for g, ms in sorted(by_group.items())}
     stab = stability(group_sets)
     ctx.save_table("stability", stab)
@@ -96,21 +106,17 @@ def run(cfg: KeystoneConfig, ctx: RunContext) -> None:
     )
 
     smap = SliceMap(model, bias=cfg.zero_bias)
-    digest = weights_digest(model)
     writers = pd.DataFrame(columns=["type", "layer", "index", "pos0_norm_single", "cut_frac", "is_writer"])
     massive_dims: list[int] = []
-    if cfg.ablation:  # 5. ablation with controls, 6. position 0 and the sink
-        with ctx.timed("ablation"):
-            writers, massive_dims = ablation_study(cfg, ctx, model, smap, key, sweep, total)
-    ctx.save_table("keystone", keystone_frame(model, smap, key, means, group_sets, writers, massive_dims))
-    if cfg.sft.enable:  # 7. keystone-only fine-tuning
-        with ctx.timed("sft"):
-            sft_study(cfg, ctx, model, smap, key)
-    restored = weights_digest(model) == digest
-    ctx.log_metrics(weights_hash_restored=restored)
+    with ctx.weights_unchanged("the ablation conditions / SFT"):  # every edit below is undone exactly
+        if cfg.ablation:  # 5. ablation with controls, 6. position 0 and the sink
+            with ctx.timed("ablation"):
+                writers, massive_dims = ablation_study(cfg, ctx, model, smap, key, sweep, total)
+        ctx.save_table("keystone", keystone_frame(model, smap, key, means, group_sets, writers, massive_dims))
+        if cfg.sft.enable:  # 7. keystone-only fine-tuning
+            with ctx.timed("sft"):
+                sft_study(cfg, ctx, model, smap, key)
     ctx.log_timings(cpu_seconds_total=round(time.process_time() - cpu0, 3))
-    if not restored:
-        raise NumericError("the model's weights differ from the original after the ablation conditions / SFT")
 
 
 # ----------------------------------------------------------------------------- stages
@@ -234,14 +240,7 @@ def ppl_chunks(model, cfg: KeystoneConfig) -> torch.Tensor:
 
     source = "builtin:heldout" if cfg.ppl_corpus == "builtin" else cfg.ppl_corpus
     texts = data.load_texts(source, seed=0)
-    tok = model.tokenizer
-    first = model.tokenize("a")["input_ids"][0].tolist()
-    bos = tok.bos_token_id if (tok.bos_token_id is not None and first and first[0] == tok.bos_token_id) else None
-    n = cfg.ppl_len - (1 if bos is not None else 0)
-    chunks = torch.tensor(data.token_chunks(tok, texts, cfg.ppl_seqs, n), dtype=torch.long)
-    if bos is not None:
-        chunks = torch.cat([torch.full((chunks.shape[0], 1), bos, dtype=torch.long), chunks], 1)
-    return chunks
+    return torch.tensor(data.token_windows(model.tokenizer, texts, cfg.ppl_seqs, cfg.ppl_len, model.info.bos_id))
 
 
 @torch.no_grad()

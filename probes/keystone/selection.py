@@ -105,6 +105,13 @@ def keystone(prompt_means: Sequence[Means], p: float, mode: str = "per_layer", k
     return intersect(per_prompt), per_prompt
 
 
+def sets_frame(sets: dict[float, Mask]) -> pd.DataFrame:
+    """p, type, layer, index of every neuron of each p's keystone set (what the page draws for a chosen p)."""
+    rows = [(p, t, layer, int(i)) for p, mask in sets.items() for t, m in mask.items()
+            for layer in range(m.shape[0]) for i in np.flatnonzero(m[layer])]
+    return pd.DataFrame(rows, columns=["p", "type", "layer", "index"])
+
+
 def cells_frame(p: float, per_prompt: Sequence[Mask]) -> pd.DataFrame:
     """p, type, layer, n, c, n_intersection, n_union, overlap (= |cap| / |cup|) per cell."""
     inter, uni = intersect(per_prompt), union(per_prompt)

@@ -31,6 +31,7 @@ import torch
 import transformers
 from torch import Tensor
 
+from interp import warmup_schedule
 from interp.generate import greedy, perplexity
 
 from . import SFTConfig
@@ -155,18 +156,6 @@ def plan(model, smap: SliceMap, variant: str, mode: str, key: Mask, rand: Mask) 
 # ----------------------------------------------------------------------------- training
 
 
-def lr_lambda(total: int, warmup: int):
-    """Linear warmup then cosine decay to 0 (`schedule="cosine"`, the project's earlier choice)."""
-
-    def f(step: int) -> float:
-        if step < warmup:
-            return step / max(1, warmup)
-        progress = (step - warmup) / max(1, total - warmup)
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    return f
-
-
 def decay_names(model) -> set[str]:
     """Parameters that get weight decay under the HF Trainer's rule (no biases, no LayerNorm/RMSNorm weights)."""
     return set(transformers.Trainer.get_decay_parameter_names(None, model.hf))  # the method does not use self
@@ -218,10 +207,7 @@ def train(model, pl: Plan, mode: str, examples: Sequence[tuple[list[int], int]],
     steps_per_epoch = math.ceil(len(examples) / cfg.batch)
     total = steps_per_epoch * cfg.epochs
     warmup = math.ceil(cfg.warmup_frac * total)
-    if cfg.schedule == "linear":
-        sched = transformers.get_linear_schedule_with_warmup(opt, warmup, total)
-    else:
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(total, warmup))
+    sched = warmup_schedule(opt, cfg.schedule, warmup, total)
     clip = [params[n] for n in trainable]
     pad = model.tokenizer.pad_token_id if model.tokenizer.pad_token_id is not None else 0
     use_amp = str(model.device).startswith("cuda")

@@ -18,7 +18,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from interp import weights_digest
 from interp.context import RunContext
 from interp.errors import NumericError
 from interp.precision import dtype_name
@@ -32,30 +31,26 @@ from .train import AdamStepper, RunSpec, log_schedule, model_grid, train
 
 def run(cfg: LockinConfig, ctx: RunContext) -> None:
     model = ctx.model
-    digest = weights_digest(model)
     if cfg.synthetic:
         ground_truth(cfg, ctx)  # A. the instruments against known answers
-    t0 = time.perf_counter()
-    problem = ModelProblem(model, cfg, ctx.rng, ctx.generator(1))  # 0. data and cached slice inputs
-    ctx.log_timings(cache_s=round(time.perf_counter() - t0, 2), n_cached_tokens=problem.n_cached_tokens)
-    sr = stiff_directions(problem, ctx.generator(2))  # 2. stiff directions of the broad loss
-    ctx.log_timings(stiff_setup_s=round(sr.seconds, 2))
-    t0 = time.perf_counter()
-    checks = instrument_checks(problem, sr, ctx.generator(3))  # B. HVP, PSD, Lanczos vs power, cache
-    ctx.log_timings(checks_s=round(time.perf_counter() - t0, 2))
-    ctx.log_metrics(**checks, curvature=cfg.curvature, lanczos_restarts=sr.n_restarts,
-                    train_unembed_dtype=dtype_name(problem.sl.train_dtype))  # in the manifest early
-    grid = model_grid(cfg.grid, cfg.k_stiff, cfg.lora_rank, cfg.lora_lr)
-    logs = run_grid(problem, sr, grid, cfg, ctx)  # 1, 3, 4, 7. the runs, tracked online
-    stats = across_runs(logs, grid, cfg)  # 5, 6, 7, 8. collapse, paradox, harm, projection, bifurcation
-    if cfg.overhead:  # 9. per-step overhead of the probes
-        ctx.log_timings(**measure_overhead(problem, sr, cfg, cfg.overhead_steps))
+    with ctx.weights_unchanged("the lock-in runs"):  # every run trains its own copy of the slice
+        t0 = time.perf_counter()
+        problem = ModelProblem(model, cfg, ctx.rng, ctx.generator(1))  # 0. data and cached slice inputs
+        ctx.log_timings(cache_s=round(time.perf_counter() - t0, 2), n_cached_tokens=problem.n_cached_tokens)
+        sr = stiff_directions(problem, ctx.generator(2))  # 2. stiff directions of the broad loss
+        ctx.log_timings(stiff_setup_s=round(sr.seconds, 2))
+        t0 = time.perf_counter()
+        checks = instrument_checks(problem, sr, ctx.generator(3))  # B. HVP, PSD, Lanczos vs power, cache
+        ctx.log_timings(checks_s=round(time.perf_counter() - t0, 2))
+        ctx.log_metrics(**checks, curvature=cfg.curvature, lanczos_restarts=sr.n_restarts,
+                        train_unembed_dtype=dtype_name(problem.sl.train_dtype))  # in the manifest early
+        grid = model_grid(cfg.grid, cfg.k_stiff, cfg.lora_rank, cfg.lora_lr)
+        logs = run_grid(problem, sr, grid, cfg, ctx)  # 1, 3, 4, 7. the runs, tracked online
+        stats = across_runs(logs, grid, cfg)  # 5, 6, 7, 8. collapse, paradox, harm, projection, bifurcation
+        if cfg.overhead:  # 9. per-step overhead of the probes
+            ctx.log_timings(**measure_overhead(problem, sr, cfg, cfg.overhead_steps))
     save(ctx, cfg, problem, sr, grid, logs, stats)
-    ctx.log_metrics(
-        **stats["metrics"],
-        lm_weights_unchanged=weights_digest(model) == digest,
-        reconstruction=RECONSTRUCTION,
-    )
+    ctx.log_metrics(**stats["metrics"], reconstruction=RECONSTRUCTION)
 
 
 # ============================================================================= A. synthetic

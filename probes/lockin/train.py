@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor
 
+from interp import warmup_schedule
+
 from .track import Tracker
 
 
@@ -145,7 +147,7 @@ class AdamStepper:
             params = [self.w]
         self.opt = torch.optim.AdamW(params, lr=spec.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=spec.wd)
         warm = max(0, round(warmup_frac * steps))
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda i: min(1.0, (i + 1) / warm) if warm else 1.0)
+        self.sched = warmup_schedule(self.opt, "constant", warm, steps)
 
     def _theta(self) -> Tensor:
         if self.spec.kind == "lora":

@@ -21,7 +21,7 @@ import pandas as pd
 import torch
 
 from interp.context import RunContext
-from interp.data import load_texts, token_chunks
+from interp.data import load_texts, token_windows
 from interp.sae import roundtrip_check, save_sae
 
 from . import SaeFalsificationConfig
@@ -124,7 +124,7 @@ def make_corpora(cfg: SaeFalsificationConfig, model, ctx: RunContext) -> tuple[l
     for_non = [t for i, t in enumerate(texts) if i % 10 == 9]  # paragraphs of the non-reasoning corpus
     general = [t for i, t in enumerate(texts) if i % 10 != 9]  # the rest: SAE training and quality mix
     per_seq = 0.8 * (cfg.seq_len - 1)
-    n_train = math.ceil(0.3 * cfg.sae_train_tokens / per_seq / 2) if cfg.sae == "train" else 0
+    n_train = math.ceil(0.3 * cfg.sae.train_tokens / per_seq / 2) if cfg.sae.source == "train" else 0
     n_quality = math.ceil(0.3 * cfg.quality_tokens / per_seq / 2) + 1
     counts = {"detection": (cfg.n_reasoning, cfg.n_nonreasoning), "injection": (0, cfg.n_injection_texts),
               "quality": (n_quality, n_quality), "sae_train": (n_train, n_train)}
@@ -188,19 +188,17 @@ def decoder(model):
 
 def sae_and_quality(cfg, ctx: RunContext, model, samples: list[Sample], general: list[str]):
     rng = random.Random(cfg.seed * 31 + 5)
-    bos = bos_id(model.tokenizer)
-    body = cfg.seq_len - (bos is not None)
 
     def mix(split: str, n_tokens: int, offset: int, slack: float = 1.0) -> list[list[int]]:
         corpus = encode_ids(model, [s.text for s in samples if s.split == split], cfg.seq_len)
         n_general = math.ceil(0.7 * n_tokens * slack / (cfg.seq_len - 1)) + 2
-        chunks = token_chunks(model.tokenizer, general[offset:] + general[:offset], n_general, body)
-        seqs = corpus + [([bos] if bos is not None else []) + c for c in chunks]
+        seqs = corpus + token_windows(model.tokenizer, general[offset:] + general[:offset], n_general, cfg.seq_len,
+                                      model.info.bos_id)
         rng.shuffle(seqs)
         return seqs
 
     quality_seqs = mix("quality", cfg.quality_tokens, len(general) // 2, slack=1.5)  # used until quality_tokens
-    train_seqs = mix("sae_train", cfg.sae_train_tokens, 0) if cfg.sae == "train" else []
+    train_seqs = mix("sae_train", cfg.sae.train_tokens, 0) if cfg.sae.source == "train" else []
     sae, site, info = obtain_sae(model, cfg, train_seqs, data_key(model, cfg, texts_sha(train_seqs)), ctx.progress)
     q = quality_gates(model, sae, site, quality_seqs, cfg.quality_tokens, cfg.batch_size, ctx.tqdm)
     metrics = {"sae_explained_variance": q.explained_variance, "sae_ce_recovered": q.ce_recovered,
@@ -210,21 +208,12 @@ def sae_and_quality(cfg, ctx: RunContext, model, samples: list[Sample], general:
                "sae_hook_matches_config": site.tl_name == sae.cfg.metadata.hook_name,
                "sae_d_sae": int(sae.cfg.d_sae), "sae_from_cache": info["sae_from_cache"],
                "sae_source": info["sae_source"]}
-    if cfg.sae == "train":
+    if cfg.sae.source == "train":
         ctx.save_dir("sae", lambda d: save_sae(sae, d))
         rt = roundtrip_check(sae, q.heldout[:4096], ctx.path / "sae")
         metrics.update(sae_roundtrip_err=rt["enc_rel_err"], sae_roundtrip_ok=rt["enc_rel_err"] <= 1e-5)
     ctx.log_metrics(**metrics)
     return sae, site
-
-
-def bos_id(tok) -> int | None:
-    """The BOS id the tokenizer puts first (Gemma's <bos>), or None when it adds none (SmolLM2)."""
-    with_special = tok("a").input_ids
-    without = tok.encode("a", add_special_tokens=False)
-    if len(with_special) > len(without) and with_special[0] == tok.bos_token_id:
-        return int(tok.bos_token_id)
-    return None
 
 
 # ============================================================================= 2. detection

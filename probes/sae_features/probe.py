@@ -21,11 +21,11 @@ import torch
 from torch import Tensor
 
 from interp.context import RunContext
-from interp.data import builtin_corpus, corpus_info, load_texts, token_chunks
+from interp.data import builtin_corpus, corpus_info, load_texts, token_windows
 from interp.errors import ConfigError, NumericError
 from interp.sae import SAETrainConfig, cached_sae, collect_activations, encode, sae_metadata, sae_site, save_sae
 from interp.sae import train_sae as train
-from interp.sae_source import load_sae
+from interp.sae.source import load_sae
 from interp.sites import Site, parse_site
 
 from . import SaeFeaturesConfig
@@ -50,7 +50,7 @@ def run(cfg: SaeFeaturesConfig, ctx: RunContext) -> None:
     density = stats["fired"].double() / stats["n"]
     if source == "train":  # the run then holds its SAE, with the densities measured here
         ctx.save_dir("sae", lambda d: save_sae(sae, d, density=density.float()))
-    ctx.save_json("sae", {"spec": cfg.sae, "hook_name": site.tl_name, "d_sae": int(sae.cfg.d_sae),
+    ctx.save_json("sae", {"spec": cfg.sae.source, "hook_name": site.tl_name, "d_sae": int(sae.cfg.d_sae),
                           "d_in": int(sae.cfg.d_in), "architecture": sae.cfg.architecture(),
                           "model": model.info.name, "n_tokens": int(stats["n"]), "seq_len": cfg.seq_len,
                           "data": corpus_info(cfg.data, seed=cfg.seed)})
@@ -62,16 +62,9 @@ def run(cfg: SaeFeaturesConfig, ctx: RunContext) -> None:
 
 def chunks(model, cfg: SaeFeaturesConfig) -> Tensor:
     """(n_seqs, seq_len) token ids: the text cut into chunks, with BOS first where the tokenizer adds one."""
-    from interp.sae import adds_bos
-
     texts = builtin_corpus("all", cfg.seed) if cfg.data == "builtin:all" else load_texts(cfg.data, seed=cfg.seed)
-    bos = adds_bos(model.tokenizer) and model.tokenizer.bos_token_id is not None
-    n_train = -(-cfg.sae_train_tokens // (cfg.seq_len - 1)) if cfg.sae == "train" else 0
-    rows = token_chunks(model.tokenizer, texts, max(cfg.n_seqs, n_train), cfg.seq_len - int(bos))
-    ids = torch.tensor(rows, dtype=torch.long)  # (n, seq_len - bos)
-    if bos:
-        ids = torch.cat([torch.full((ids.shape[0], 1), model.tokenizer.bos_token_id), ids], 1)
-    return ids
+    n_train = -(-cfg.sae.train_tokens // (cfg.seq_len - 1)) if cfg.sae.source == "train" else 0
+    return torch.tensor(token_windows(model.tokenizer, texts, max(cfg.n_seqs, n_train), cfg.seq_len, model.info.bos_id))
 
 
 def batches(ids: Tensor, batch_size: int) -> Iterator[dict[str, Tensor]]:
@@ -82,26 +75,26 @@ def batches(ids: Tensor, batch_size: int) -> Iterator[dict[str, Tensor]]:
 
 def obtain_sae(model, cfg: SaeFeaturesConfig, ids: Tensor, ctx: RunContext):
     """(sae, site, source): the given SAE (its hook from its config) or one trained on the first chunks."""
-    if cfg.sae != "train":
-        sae = load_sae(cfg.sae, device="cpu", field="sae")
+    if cfg.sae.source != "train":
+        sae = load_sae(cfg.sae.source, device="cpu", field="sae.source")
         site = sae_site(sae)
         model.check_site(site)
         if sae.cfg.d_in != model.info.d_model or site.units != "d_model":
-            raise ConfigError("sae", cfg.sae, f"an SAE on a d_model={model.info.d_model} site of {model.info.name} "
-                              f"(this one reads {sae.cfg.d_in} dims at {site})")
-        return sae, site, cfg.sae
-    site = parse_site(cfg.hook)
-    tcfg = SAETrainConfig(architecture="jumprelu", d_sae=cfg.d_sae, steps=cfg.sae_steps, batch=1024, lr=2e-3,
+            raise ConfigError("sae.source", cfg.sae.source, f"an SAE on a d_model={model.info.d_model} site of "
+                              f"{model.info.name} (this one reads {sae.cfg.d_in} dims at {site})")
+        return sae, site, cfg.sae.source
+    site = parse_site(cfg.sae.hook)
+    tcfg = SAETrainConfig(architecture="jumprelu", d_sae=cfg.sae.d_sae, steps=cfg.sae.steps, batch=1024, lr=2e-3,
                           target_l0=cfg.target_l0, init_sparsity="data", seed=cfg.seed)
     meta = sae_metadata(model, site, context_size=cfg.seq_len, dataset=cfg.data)
 
     def acts() -> Tensor:
-        buf = collect_activations(model, batches(ids, cfg.batch_size), {site: cfg.sae_train_tokens}, skip_first=1,
+        buf = collect_activations(model, batches(ids, cfg.batch_size), {site: cfg.sae.train_tokens}, skip_first=1,
                                   progress=ctx.progress)
         return buf.acts[site]  # (tok, d_model)
 
-    if cfg.sae_cache:
-        key = f"sae_features {cfg.data} seed{cfg.seed} {ids.shape[0]}x{cfg.seq_len} skip1 n{cfg.sae_train_tokens}"
+    if cfg.sae.cache:
+        key = f"sae_features {cfg.data} seed{cfg.seed} {ids.shape[0]}x{cfg.seq_len} skip1 n{cfg.sae.train_tokens}"
         sae, hit = cached_sae(model, site, tcfg, acts, key, metadata=meta, progress=ctx.progress)
         ctx.log_metrics(sae_from_cache=hit)
     else:

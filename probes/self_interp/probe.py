@@ -16,7 +16,6 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from interp import weights_digest
 from interp.context import RunContext
 from interp.precision import autocast, autocast_dtype, dtype_name
 
@@ -50,22 +49,20 @@ def run(cfg: SelfInterpConfig, ctx: RunContext) -> None:
     t0 = time.perf_counter()
     layer = cfg.resolved_layer(model.info.n_layers)
     layers = sorted({layer, *sweep_layers(cfg.layer_sweep, model.info.n_layers)})
-    lm_digest = weights_digest(model)
+    with ctx.weights_unchanged("training the adapters"):  # 5. the LM is untouched
+        topics, split = choose_topics(cfg)  # 1. data: topics, template, vectors
+        tmpl = build_template(model, cfg.placeholder, cfg.template_system)
+        vecs, means = topic_vectors(model, [t.topic for t in topics], layers, cfg.extract_batch, ctx.tqdm)
+        for lay, v in vecs.items():
+            ctx.check_finite(f"topic vectors at layer {lay}", v)
+        exp = Experiment.create(model, cfg, ctx, topics, split, tmpl)
+        extract_s = time.perf_counter() - t0
 
-    topics, split = choose_topics(cfg)  # 1. data: topics, template, vectors
-    tmpl = build_template(model, cfg.placeholder, cfg.template_system)
-    vecs, means = topic_vectors(model, [t.topic for t in topics], layers, cfg.extract_batch, ctx.tqdm)
-    for lay, v in vecs.items():
-        ctx.check_finite(f"topic vectors at layer {lay}", v)
-    exp = Experiment.create(model, cfg, ctx, topics, split, tmpl)
-    extract_s = time.perf_counter() - t0
-
-    main = exp.fit_and_evaluate(vecs[layer], layer, cfg.variants)  # 2. adapters at the main layer
-    controls = exp.controls(vecs[layer], layer, main)  # 3. shuffled labels, token embeddings
-    sweep = [main if lay == layer else exp.fit_and_evaluate(vecs[lay], lay, ("identity", "scalar_affine"),
-                                                            train_recall=False)
-             for lay in layers]  # 4. recall by layer
-    lm_unchanged = weights_digest(model) == lm_digest  # 5. the LM is untouched
+        main = exp.fit_and_evaluate(vecs[layer], layer, cfg.variants)  # 2. adapters at the main layer
+        controls = exp.controls(vecs[layer], layer, main)  # 3. shuffled labels, token embeddings
+        sweep = [main if lay == layer else exp.fit_and_evaluate(vecs[lay], lay, ("identity", "scalar_affine"),
+                                                                train_recall=False)
+                 for lay in layers]  # 4. recall by layer
 
     save_vectors(ctx, vecs[layer], means[layer], controls, layer, tmpl)
     ctx.save_table("topics", topics_frame(topics, split, exp))
@@ -80,7 +77,7 @@ def run(cfg: SelfInterpConfig, ctx: RunContext) -> None:
         from .sae_branch import run_sae_branch
 
         ctx.save_table("sae_branch", run_sae_branch(exp, main, cfg, ctx))
-    ctx.log_metrics(**summarize(exp, main, controls, sweep, layer, lm_unchanged))
+    ctx.log_metrics(**summarize(exp, main, controls, sweep, layer))
     ctx.log_timings(**timings(main, controls, sweep, extract_s))
 
 
@@ -413,10 +410,9 @@ def topics_frame(topics: list[Topic], split: np.ndarray, exp: Experiment) -> pd.
 # ============================================================================= metrics
 
 
-def summarize(exp: Experiment, main: LayerResult, controls: LayerResult, sweep: list[LayerResult], layer: int,
-              lm_unchanged: bool) -> dict:
+def summarize(exp: Experiment, main: LayerResult, controls: LayerResult, sweep: list[LayerResult], layer: int) -> dict:
     d = exp.d
-    m: dict = {"layer": layer, "lm_weights_unchanged": lm_unchanged, "retrieval_scorer": exp.retriever.scorer,
+    m: dict = {"layer": layer, "retrieval_scorer": exp.retriever.scorer,
                "template": exp.tmpl.kind, "template_system": exp.tmpl.system, "placeholder": exp.tmpl.placeholder,
                "n_topics": len(exp.topics),
                "n_heldout": len(exp.idx("heldout")), "n_train": len(exp.idx("train")), "n_val": len(exp.idx("val")),

@@ -56,7 +56,8 @@ def schedule(step: int, total: int, warmup: int) -> float:
     """LR multiplier of optimiser step `step` (0-based), as the reference's trainer steps it: LinearLR
     from 1e-6 to 1 over `warmup` steps (step k < warmup runs at 1e-6 + (1 - 1e-6) k / warmup), then
     CosineAnnealingLR over the remaining total - warmup steps (step warmup + j runs at
-    (1 + cos(pi j / (total - warmup))) / 2)."""
+    (1 + cos(pi j / (total - warmup))) / 2). Not `interp.warmup_schedule`: transformers' warmup starts from 0, the
+    reference's from 1e-6, and the adapters' few hundred steps make the first steps count."""
     if step < warmup:
         return WARMUP_START + (1.0 - WARMUP_START) * step / warmup
     return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))

@@ -55,16 +55,20 @@ def test_harm_curve_figure_has_the_signal_its_control_and_observed_b():
     assert band.fill == "toself" and len(band.y) == 6
 
 
-def test_page_selection_matches_the_probe_at_query_width():
+def test_page_draws_the_sets_the_probe_saved_at_query_width():
     import numpy as np
 
-    from probes.keystone.selection import keystone
+    from probes.keystone.neurons import kv_ranking
+    from probes.keystone.selection import keystone, sets_frame
 
     rng = np.random.default_rng(0)
-    means = {f"p{i}": {"attn_k": rng.random((4, 3 * 8)), "fwd_up": rng.random((4, 50))} for i in range(3)}
-    kv = K.kv_repeat({"n_heads": 6, "n_kv_heads": 3, "d_head": 8}, {})
-    assert kv == {"attn_k": (8, 2), "attn_v": (8, 2)} and K.kv_repeat({"n_heads": 6, "n_kv_heads": 6}, {}) == {}
-    for p in (0.02, 0.1, 0.2):
-        page = K.keystone_at(means, p, kv)
-        probe, _ = keystone(list(means.values()), p, "per_layer", kv)
-        assert all(np.array_equal(page[t], probe[t]) for t in probe), p
+    means = [{"attn_k": rng.random((4, 3 * 8)), "fwd_up": rng.random((4, 50))} for _ in range(3)]
+    info = type("Info", (), {"n_heads": 6, "n_kv_heads": 3, "d_head": 8, "d_mlp": 50})
+    kv = kv_ranking(info, ("attn_k", "fwd_up"))
+    sets = {p: keystone(means, p, "per_layer", kv)[0] for p in (0.02, 0.1, 0.2)}
+    table = sets_frame(sets)
+    for p, mask in sets.items():
+        page = K.cell_indices(table[table.p == p])
+        want = {(t, layer): list(np.flatnonzero(m[layer])) for t, m in mask.items() for layer in range(4)
+                if m[layer].any()}
+        assert page == want and sum(map(len, page.values())) == sum(int(m.sum()) for m in mask.values()), p

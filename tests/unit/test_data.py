@@ -16,11 +16,13 @@ from interp import corpora
 from interp.data import (
     HELDOUT_EVERY,
     DuplicateDocumentsWarning,
+    bos_id,
     builtin_corpus,
     corpus_info,
     corpus_text,
     load_texts,
     token_chunks,
+    token_windows,
 )
 from interp.errors import ConfigError
 
@@ -254,6 +256,24 @@ def test_token_chunks_with_the_real_tokenizer():
     chunks = token_chunks(tok, builtin_corpus("heldout"), n_seqs=8, seq_len=128)
     assert [len(c) for c in chunks] == [128] * 8
     assert tok.bos_token_id not in chunks[0]
+
+
+def test_token_windows_put_the_bos_first_and_keep_the_length():
+    texts = ["abc", "defg"]
+    assert token_windows(CharTokenizer(), texts, 2, 3, None) == token_chunks(CharTokenizer(), texts, 2, 3)
+    assert token_windows(CharTokenizer(), texts, 2, 3, 0) == [[0, ord("a"), ord("b")], [0, ord("c"), ord("\n")]]
+
+
+@pytest.mark.parametrize("name, has_bos", [("smollm2-135m", False), ("gemma3-270m", True)])
+def test_bos_id_follows_what_the_tokenizer_puts_first(name, has_bos):
+    path = TOKENIZER_DIR.parent / name
+    if not path.exists():
+        pytest.skip(f"{name} not cached")
+    tok = pytest.importorskip("transformers").AutoTokenizer.from_pretrained(str(path))
+    got = bos_id(tok)
+    assert got == (tok.bos_token_id if has_bos else None)
+    assert (got is not None) == (tok("a")["input_ids"][0] == tok.bos_token_id)
+    assert bos_id(CharTokenizer()) is None  # no HF call API: nothing known to be added
 
 
 def test_corpus_info(tmp_path):
