@@ -68,11 +68,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'interp' has no attribute {name!r}")
 
 
-def runs(out: str | None = None, probe: str | None = None) -> list[RunInfo]:
-    """Runs under `out` (default ./artifacts or $INTERP_OUT), newest first."""
-    return list_runs(out, probe=probe)
-
-
 __all__ = [
     "ConfigError",
     "DamagedRun",
@@ -90,7 +85,6 @@ __all__ = [
     "probe",
     "probes_available",
     "run",
-    "runs",
     "sweep",
     *_LAZY,
 ]

@@ -40,7 +40,8 @@ class ProbeSpec:
     source: str = "interp"
     """The distribution that registered the probe (its entry point's), "interp" for the built-in ones."""
 
-    def load_run(self) -> Callable[..., Any]:
+    def run_function(self) -> Callable[..., Any]:
+        """The probe's run(cfg, ctx), imported from `run_ref` (not a stored run: that is `interp.load_run`)."""
         module, _, func = self.run_ref.partition(":")
         return getattr(importlib.import_module(module), func)
 

@@ -93,7 +93,7 @@ def execute(spec, cfg, out: str | Path | None = None, model: Any = None, progres
     if old is not None:
         signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        run_fn = spec.load_run()
+        run_fn = spec.run_function()
         ctx = RunContext(cfg, writer, model=model, progress=progress)
         run_fn(cfg, ctx)
         writer.log_timings(seconds_total=round(ctx.elapsed(), 3))

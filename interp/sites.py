@@ -11,29 +11,29 @@ import math
 import re
 from dataclasses import dataclass
 
-# kind -> (TransformerLens hook name template, HF module path template + "out"/"in", unit layout)
-_SITES: dict[str, tuple[str, str, str]] = {
-    "embed": ("hook_embed", "embed:out", "d_model"),
-    "resid_pre": ("blocks.{l}.hook_resid_pre", "layer:in", "d_model"),
-    "resid_mid": ("blocks.{l}.hook_resid_mid", "post_attention_layernorm:in", "d_model"),
-    "resid_post": ("blocks.{l}.hook_resid_post", "layer:out", "d_model"),
-    "attn_in": ("blocks.{l}.ln1.hook_out", "input_layernorm:out", "d_model"),
-    "attn_q": ("blocks.{l}.attn.hook_q", "q_proj:out", "head d_head"),
-    "attn_k": ("blocks.{l}.attn.hook_k", "k_proj:out", "kv_head d_head"),
-    "attn_v": ("blocks.{l}.attn.hook_v", "v_proj:out", "kv_head d_head"),
-    "attn_rot_q": ("blocks.{l}.attn.hook_rot_q", "", "head d_head"),
-    "attn_rot_k": ("blocks.{l}.attn.hook_rot_k", "", "kv_head d_head"),
-    "attn_scores": ("blocks.{l}.attn.hook_attn_scores", "", "head key"),
-    "attn_pattern": ("blocks.{l}.attn.hook_pattern", "", "head key"),
-    "attn_z": ("blocks.{l}.attn.hook_z", "o_proj:in", "head d_head"),
-    "attn_out": ("blocks.{l}.hook_attn_out", "self_attn:out", "d_model"),
-    "mlp_in": ("blocks.{l}.mlp.hook_in", "mlp:in", "d_model"),
-    "mlp_gate": ("blocks.{l}.mlp.hook_pre", "gate_proj:out", "d_mlp"),
-    "mlp_up": ("blocks.{l}.mlp.hook_pre_linear", "up_proj:out", "d_mlp"),
-    "mlp_post": ("blocks.{l}.mlp.hook_post", "down_proj:in", "d_mlp"),
-    "mlp_out": ("blocks.{l}.hook_mlp_out", "mlp:out", "d_model"),
-    "final": ("ln_final.hook_out", "norm:out", "d_model"),
-    "logits": ("unembed.hook_out", "lm_head:out", "d_vocab"),
+# kind -> (TransformerLens hook name template, unit layout after (batch, pos))
+_SITES: dict[str, tuple[str, str]] = {
+    "embed": ("hook_embed", "d_model"),
+    "resid_pre": ("blocks.{l}.hook_resid_pre", "d_model"),
+    "resid_mid": ("blocks.{l}.hook_resid_mid", "d_model"),
+    "resid_post": ("blocks.{l}.hook_resid_post", "d_model"),
+    "attn_in": ("blocks.{l}.ln1.hook_out", "d_model"),
+    "attn_q": ("blocks.{l}.attn.hook_q", "head d_head"),
+    "attn_k": ("blocks.{l}.attn.hook_k", "kv_head d_head"),
+    "attn_v": ("blocks.{l}.attn.hook_v", "kv_head d_head"),
+    "attn_rot_q": ("blocks.{l}.attn.hook_rot_q", "head d_head"),
+    "attn_rot_k": ("blocks.{l}.attn.hook_rot_k", "kv_head d_head"),
+    "attn_scores": ("blocks.{l}.attn.hook_attn_scores", "head key"),
+    "attn_pattern": ("blocks.{l}.attn.hook_pattern", "head key"),
+    "attn_z": ("blocks.{l}.attn.hook_z", "head d_head"),
+    "attn_out": ("blocks.{l}.hook_attn_out", "d_model"),
+    "mlp_in": ("blocks.{l}.mlp.hook_in", "d_model"),
+    "mlp_gate": ("blocks.{l}.mlp.hook_pre", "d_mlp"),
+    "mlp_up": ("blocks.{l}.mlp.hook_pre_linear", "d_mlp"),
+    "mlp_post": ("blocks.{l}.mlp.hook_post", "d_mlp"),
+    "mlp_out": ("blocks.{l}.hook_mlp_out", "d_model"),
+    "final": ("ln_final.hook_out", "d_model"),
+    "logits": ("unembed.hook_out", "d_vocab"),
 }
 _PATTERN_KINDS = ("attn_scores", "attn_pattern")
 _GLOBAL_KINDS = ("embed", "final", "logits")
@@ -75,7 +75,7 @@ class Site:
     @classmethod
     def from_tl_name(cls, name: str) -> "Site":
         """The Site of a TransformerLens hook name ("blocks.6.hook_resid_post" -> resid_post.6)."""
-        for kind, (template, _, _) in _SITES.items():
+        for kind, (template, _) in _SITES.items():
             pattern = "^" + re.escape(template).replace(re.escape("{l}"), r"(\d+)") + "$"
             m = re.match(pattern, name)
             if m:
@@ -91,15 +91,9 @@ class Site:
         return _SITES[self.kind][0].format(l=self.layer)
 
     @property
-    def hf_point(self) -> tuple[str, str]:
-        """(module role, "in" | "out") for backends that hook HF modules; role "" if unsupported."""
-        role, _, side = _SITES[self.kind][1].partition(":")
-        return role, side
-
-    @property
     def units(self) -> str:
         """Layout of the unit dims after (batch, pos)."""
-        return _SITES[self.kind][2]
+        return _SITES[self.kind][1]
 
     @property
     def is_pattern(self) -> bool:

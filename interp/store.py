@@ -250,15 +250,6 @@ class RunWriter:
             self._record(f"{name}/{p.name}")
         return self.path / name
 
-    def save_file(self, filename: str, write: Callable[[Path], None]) -> Path:
-        """An artifact written by `write(tmp_path)` (e.g. an SAE directory's files)."""
-        if not filename.endswith(ARTIFACT_SUFFIXES):
-            raise InterpError(f"artifact {filename!r}: only {', '.join(ARTIFACT_SUFFIXES)} files")
-        check_name(filename)
-        atomic_write(self.path / filename, write)
-        self._record(filename)
-        return self.path / filename
-
     # -- manifest -------------------------------------------------------------------
     def log_metrics(self, **metrics: Any) -> None:
         self.manifest["metrics"].update(jsonable(metrics))

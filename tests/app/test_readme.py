@@ -22,7 +22,7 @@ def test_readme_python_blocks_run(tmp_path, monkeypatch):
 
     blocks = python_blocks((ROOT / "README.md").read_text())
     assert len(blocks) >= 2, "the README lost its API examples"
-    monkeypatch.chdir(tmp_path)  # interp.run writes ./artifacts, interp.runs("artifacts") reads it
+    monkeypatch.chdir(tmp_path)  # interp.run writes ./artifacts, interp.list_runs("artifacts") reads it
     monkeypatch.delenv("INTERP_OUT", raising=False)
     rng = np.random.default_rng(0)
     patterns = rng.random((2, 5, 5)).astype("float32")

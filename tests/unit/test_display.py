@@ -41,7 +41,7 @@ def test_a_run_a_run_list_and_a_sweep_render_as_html_with_their_figures(tmp_path
     failed = interp.load_run(make_run(tmp_path, "failed"))
     hf = html_of(failed)
     assert "failed" in hf and "boom &lt;b&gt;" in hf and "plotly-graph-div" not in hf, "errors are escaped, no figure"
-    listing = interp.runs(tmp_path)
+    listing = interp.list_runs(tmp_path)
     hl = html_of(listing)
     assert hl.count("<tr>") == 3 and "failed" in hl and done.path.name in hl
     assert html_of(listing[0]).count("<tr>") == 2
