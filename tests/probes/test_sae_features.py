@@ -20,11 +20,13 @@ def run(micro_runs):
 
 
 def test_a_feature_found_by_its_top_token_highlights_that_token(run, model):
+    from interp import build_config
     from probes.sae_features import SaeFeaturesConfig
     from probes.sae_features.probe import chunks
 
     feats, contexts = run.table("features"), run.table("contexts")
-    cfg = SaeFeaturesConfig(**{k: v for k, v in run.config.items() if k in SaeFeaturesConfig.__dataclass_fields__})
+    fields = SaeFeaturesConfig.__dataclass_fields__
+    cfg = build_config(SaeFeaturesConfig, {k: v for k, v in run.config.items() if k in fields})
     ids = chunks(model, cfg)[: cfg.n_seqs, 1:].reshape(-1).tolist()  # the streamed tokens, position 0 excluded
     base = Counter(model.to_str_tokens(ids))
     pure = feats[(feats["n_fired"] >= 5) & (feats["top_token_share"] >= 0.8)]
