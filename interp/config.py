@@ -21,8 +21,8 @@ from .errors import ConfigError
 SIZES = ("micro", "quick", "default")
 
 
-@dataclass(frozen=True)
-class Range:
+@dataclass(frozen=True, eq=False)  # identity equality: typing caches Annotated[...] by its metadata's equality, and
+class Range:  # Range(0, 1) == Range(0.0, 1) would hand one field the other's bounds (and wording)
     """Bounds of a number field, declared in its annotation: `steps: Annotated[int, Range(1)] = 800`.
 
     ProbeConfig.validate checks every field's Range (nested configs' fields too; a tuple's elements one by one;
@@ -48,7 +48,7 @@ class Range:
             raise ConfigError(name, value, f"a value in {self}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # identity equality, as Range
 class Subset:
     """Values of a tuple-of-strings field, declared in its annotation: `tasks: Annotated[tuple[str, ...],
     Subset(TASKS)] = TASKS` admits at least one value (any number with `empty`), each one of `choices`, none twice

@@ -181,3 +181,13 @@ def test_dotted_site_fields_resolve_at_depth():
     with pytest.raises(ConfigError) as e:
         build_config(CONFIGS["sae_features"], {"sae.hook": "blocks.40.hook_resid_post"}).validate_for_model(30)
     assert e.value.field == "sae.hook"
+
+
+def test_equal_ranges_of_other_number_types_keep_their_own_wording():
+    """typing caches Annotated[...] by its metadata's equality: were Range(0.0, 0.5) == Range(0, 0.5), a field
+    declared second would get the first one's object (and say 0.0 where its source says 0)."""
+    from typing import Annotated
+
+    first = Annotated[float, Range(0.0, 0.5, lo_open=True)]
+    second = Annotated[float, Range(0, 0.5, lo_open=True)]
+    assert str(first.__metadata__[0]) == "(0.0, 0.5]" and str(second.__metadata__[0]) == "(0, 0.5]"
