@@ -156,7 +156,8 @@ def main(argv=None) -> int:
     print(f"total {sum(seconds.values()):.0f}s", file=sys.stderr)
     out = args.out or (None if args.smoke else RESULTS)
     if out is not None:
-        out.write_text(json.dumps(results, indent=1))
+        # numpy scalars (a pass flag computed with numpy is numpy.bool) as plain Python values
+        out.write_text(json.dumps(results, indent=1, default=lambda v: v.item() if hasattr(v, "item") else str(v)))
     if args.smoke:  # toy sizes miss targets by design: only a benchmark that raised fails a smoke run
         return 1 if any(r.figure == RAISED for r in rows) else 0
     return 1 if any(r.ok is False for r in rows) else 0
