@@ -219,24 +219,24 @@ def pre_acts(sae, x: Float[Tensor, "tok d_in"], chunk: int = 8192) -> Float[Tens
     return torch.cat(out)
 
 
+def _chunked(fn, x: Tensor, W: Tensor, width: int, chunk: int) -> Tensor:
+    """fn over the rows of `x` (any leading dims) in chunks, on W's device and dtype; (..., width) out."""
+    lead = x.shape[:-1]
+    flat = x.reshape(-1, x.shape[-1])
+    out = [fn(flat[i : i + chunk].to(W.device, W.dtype)) for i in range(0, flat.shape[0], chunk)]
+    return torch.cat(out).reshape(*lead, -1) if out else flat.new_zeros(*lead, width)
+
+
 @torch.no_grad()
 def encode(sae, x: Float[Tensor, "... d_in"], chunk: int = 8192) -> Float[Tensor, "... d_sae"]:
     """Codes of `x` (any leading dims) through SAELens's own encode, chunked, without grad."""
-    lead = x.shape[:-1]
-    flat = x.reshape(-1, x.shape[-1])
-    W = sae.W_enc
-    out = [sae.encode(flat[i : i + chunk].to(W.device, W.dtype)) for i in range(0, flat.shape[0], chunk)]
-    return torch.cat(out).reshape(*lead, -1) if out else flat.new_zeros(*lead, sae.cfg.d_sae)
+    return _chunked(sae.encode, x, sae.W_enc, sae.cfg.d_sae, chunk)
 
 
 @torch.no_grad()
 def decode(sae, a: Float[Tensor, "... d_sae"], chunk: int = 8192) -> Float[Tensor, "... d_in"]:
     """Reconstruction from codes through SAELens's own decode, chunked, without grad."""
-    lead = a.shape[:-1]
-    flat = a.reshape(-1, a.shape[-1])
-    W = sae.W_dec
-    out = [sae.decode(flat[i : i + chunk].to(W.device, W.dtype)) for i in range(0, flat.shape[0], chunk)]
-    return torch.cat(out).reshape(*lead, -1) if out else flat.new_zeros(*lead, sae.cfg.d_in)
+    return _chunked(sae.decode, a, sae.W_dec, sae.cfg.d_in, chunk)
 
 
 def active_from_pre(sae, pre: Tensor) -> Tensor:
