@@ -57,8 +57,8 @@ def check(value: float, target: str) -> bool | None:
         return None
     if not math.isfinite(value):
         return False
-    op, num = target.split()
-    return value <= float(num) if op == "<=" else value >= float(num)
+    op, num = target.split()  # a plain bool, also for a numpy value (numpy.bool is not False)
+    return bool(value <= float(num) if op == "<=" else value >= float(num))
 
 
 def row(name: str, figure: str, value: float, target: str, detail: str = "") -> Row:

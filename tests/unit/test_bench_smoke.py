@@ -76,3 +76,17 @@ def test_markdown_table_from_results_json(tmp_path, capsys):
     assert "| a | x / y | 1.02 | <= 1.05 | PASS | p\\|q |" in table
     assert "| gpu | z | - | report | - | no GPU |" in table
     assert "`python bench/run.py`" in out and "total 3" in out
+
+
+@pytest.mark.slow
+def test_streaming_memory_fails_a_capture_that_holds_memory_per_batch(tiny_model, monkeypatch):
+    """The same measurement with 4 MB kept per batch of 256 tokens (a leak of ~1.5 GB per 100k tokens) must miss
+    the target that the real stream meets: the benchmark can fail."""
+    import bench.capture as cap
+
+    leaky = cap._MEM_SCRIPT.replace("        reset_hwm()\n", "        held.append(torch.ones(1 << 20))\n"
+                                    "        reset_hwm()\n").replace("points = []", "points, held = [], []")
+    assert "held.append" in leaky and "points, held" in leaky, "the benchmark's script changed: update this test's leak"
+    monkeypatch.setattr(cap, "_MEM_SCRIPT", leaky)
+    (row,) = cap.streaming_memory(tiny_model, smoke=True)
+    assert row.ok is False and row.value > 200, row
