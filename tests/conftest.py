@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
+from quick import pin_numerics  # noqa: E402
+
+pin_numerics()  # before torch loads: the golden records hold exact metrics, which the CPU's vector ISA decides
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -73,13 +78,10 @@ def micro_runs(tmp_path_factory, model):
 def quick_runs(tmp_path_factory, model):
     """probe name -> its `quick` run on the embedded model (a loaded Run), made once per session on first use,
     with the overrides of tests/golden/quick.py: the probe tests read it and the golden test holds its metrics."""
-    import sys
+    from quick import overrides
 
     from interp.runner import execute, prepare
     from interp.store import load_run
-
-    sys.path.insert(0, str(ROOT / "tests" / "golden"))
-    from quick import overrides
 
     root = tmp_path_factory.mktemp("quick-runs")
     made: dict = {}

@@ -9,7 +9,6 @@ core's (`interp.sae`).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import time
@@ -49,7 +48,7 @@ from .units import UnitCodes, evaluate_units, neuron_codes, sae_codes
 def run(cfg: AtomsConfig, ctx: RunContext) -> None:
     model = ctx.model
     site = cfg.site
-    with _timed(ctx, "collection"):  # 1. activations, split by sequence
+    with ctx.timed("collection"):  # 1. activations, split by sequence
         windows, corpus = corpus_windows(model, cfg)
         buf = collect(model, windows, cfg, progress=ctx.progress)
         split = split_sequences(buf, site, cfg.heldout_frac, ctx.rng)
@@ -57,7 +56,7 @@ def run(cfg: AtomsConfig, ctx: RunContext) -> None:
     ctx.log.info("collected %d train / %d held-out tokens at %s", len(train), len(held), site)
     ctx.check_finite("activations", train)
 
-    with _timed(ctx, "metric"):  # 2-3. the AIP metric and the representation shift at every site
+    with ctx.timed("metric"):  # 2-3. the AIP metric and the representation shift at every site
         metrics_by_site = {site: estimate_metric(train, cfg.ridge)}
         angle_rows, shift = [], {}
         for s in [site, *cfg.angle_sites]:
@@ -77,14 +76,14 @@ def run(cfg: AtomsConfig, ctx: RunContext) -> None:
     data_key = json.dumps({"corpus": corpus["sha256"], "n_tokens": cfg.n_tokens, "ctx_len": cfg.ctx_len,
                            "drop": list(cfg.drop_positions), "outlier": cfg.norm_outlier_factor,
                            "heldout_frac": cfg.heldout_frac, "seed": cfg.seed}, sort_keys=True)
-    with _timed(ctx, "training"):  # 4. units: the TSAE in the AIP geometry, the SAE in Euclid
+    with ctx.timed("training"):  # 4. units: the TSAE in the AIP geometry, the SAE in Euclid
         tsae, sae, cached = train_units(model, site, train, w, cfg, meta, data_key, ctx)
     ctx.log_metrics(saes_from_cache=cached)
     ctx.save_dir("tsae", lambda d: save_sae(tsae, d))
     ctx.save_dir("sae", lambda d: save_sae(sae, d))
     rt = {name: roundtrip_check(s, held[:4096], ctx.path / name) for name, s in (("tsae", tsae), ("sae", sae))}
 
-    with _timed(ctx, "evaluation"):  # 5-6. faithfulness and stability of the three unit types
+    with ctx.timed("evaluation"):  # 5-6. faithfulness and stability of the three unit types
         sub = ctx.rng.permutation(len(train))[: min(len(train), cfg.eval_tokens)]
         train_sub = train[torch.as_tensor(sub)]
         eval_idx = torch.as_tensor(np.sort(ctx.rng.permutation(len(held))[: min(len(held), cfg.eval_tokens)]))
@@ -106,12 +105,12 @@ def run(cfg: AtomsConfig, ctx: RunContext) -> None:
 
     grid = None
     if cfg.grid_d_mults:  # 8. capacity x data grid
-        with _timed(ctx, "grid"):
+        with ctx.timed("grid"):
             grid = capacity_grid(train, held, metric, w, cfg, eval_idx, ctx)
         ctx.save_table("grid", grid)
     synth = None
     if cfg.synthetic:  # 9. synthetic ground truth
-        with _timed(ctx, "synthetic"):
+        with ctx.timed("synthetic"):
             synth, synth_metrics = synthetic_check(cfg, ctx)
         ctx.save_table("synthetic", synth)
         ctx.log_metrics(**synth_metrics)
@@ -489,9 +488,3 @@ def summarize(cfg: AtomsConfig, site: Site, shift: dict, units: pd.DataFrame, rt
         out["grid_gap_gain_at_min_n"] = float(low["memorization_gap"].iloc[-1] - low["memorization_gap"].iloc[0])
     return out
 
-
-@contextlib.contextmanager
-def _timed(ctx: RunContext, stage: str):
-    t0 = time.perf_counter()
-    yield
-    ctx.log_timings(**{f"seconds_{stage}": round(time.perf_counter() - t0, 2)})

@@ -11,7 +11,6 @@ The logit effect is W_dec @ W_U (no final norm, as in SAE dashboards), in chunks
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Iterator
 
@@ -34,13 +33,11 @@ from . import SaeFeaturesConfig
 def run(cfg: SaeFeaturesConfig, ctx: RunContext) -> None:
     model = ctx.model
     ids = chunks(model, cfg)                                            # 1. data: (n_seqs, seq_len) token ids
-    t0 = time.perf_counter()
-    sae, site, source = obtain_sae(model, cfg, ids, ctx)                # 2. the SAE
-    ctx.log_timings(seconds_sae=round(time.perf_counter() - t0, 2))
-    t0 = time.perf_counter()
-    stats = first_pass(model, sae, site, ids, cfg)                      # 3. density, max, top contexts
-    second_pass(model, sae, site, ids, cfg, stats, ctx.torch_rng)       # 4. histograms, interval samples
-    ctx.log_timings(seconds_stream=round(time.perf_counter() - t0, 2))
+    with ctx.timed("sae"):
+        sae, site, source = obtain_sae(model, cfg, ids, ctx)            # 2. the SAE
+    with ctx.timed("stream"):
+        stats = first_pass(model, sae, site, ids, cfg)                  # 3. density, max, top contexts
+        second_pass(model, sae, site, ids, cfg, stats, ctx.torch_rng)   # 4. histograms, interval samples
     logits = logit_effects(sae, model, cfg)                              # 5. W_dec @ W_U
     features, contexts = tables(model, stats, logits, cfg)
     ctx.save_table("features", features)

@@ -2,12 +2,55 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 GOLDEN = Path(__file__).resolve().parent
+
+#: The float kernels the records are made with, set before torch loads (tests/conftest.py, record.py). Unpinned,
+#: torch's own kernels take the widest vector ISA the CPU has (AVX-512 here) and MKL's GEMM another branch per
+#: vendor, so the same code gave other last digits on another x86 machine (keystone micro ppl_base 51.98356617867
+#: recorded, 51.98364354032 on an AMD EPYC with AVX-512, 51.98322320014 with ATen at AVX2): CI's machines vary.
+#: AVX2 is on every x86 machine CI runs on; MKL's conditional-numerical-reproducibility branch pins its GEMM.
+PIN = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
+
+
+def pin_numerics() -> None:
+    """Pin the float kernels (PIN) for this process and its children; call it before torch is imported."""
+    for k, v in PIN.items():
+        os.environ.setdefault(k, v)
+
+
+def numerics() -> dict[str, Any]:
+    """What decides the last digits here: torch's version, its kernel ISA, its thread count, and a hash of the
+    outputs of the kernels a forward and a training step use (matmul, attention, softmax, norm, backward). Two
+    machines with equal numerics() give bit-identical probe metrics; with unequal ones, exactness is not owed."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(512, 576, generator=g, requires_grad=True)  # [tokens, d_model]
+    w = torch.randn(1536, 576, generator=g) / 24  # [d_mlp, d_model]
+    q, k, v = torch.randn(3, 1, 9, 128, 64, generator=g).unbind(0)  # [batch, heads, pos, d_head]
+    h = torch.nn.functional.silu(x @ w.T)  # [tokens, d_mlp]
+    outs = [h, torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True), torch.softmax(h, -1),
+            torch.log_softmax(h, -1), x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5), h.sum(0)]
+    outs.append(torch.autograd.grad(h.square().mean(), x)[0])
+    digest = hashlib.sha256(b"".join(t.detach().contiguous().numpy().tobytes() for t in outs)).hexdigest()[:16]
+    return {"torch": torch.__version__, "isa": torch.backends.cpu.get_cpu_capability(),
+            "threads": torch.get_num_threads(), "kernels": digest}
+
+
+def numerics_differ(record: dict[str, Any]) -> str | None:
+    """Why this process cannot reproduce `record` (a golden file's "_numerics") bit for bit, or None if it can."""
+    here, there = numerics(), record.get("_numerics", {})
+    if here == there:
+        return None
+    return (f"this machine's float kernels differ from the record's ({here} here, {there} recorded): re-record with "
+            f"tests/golden/record.py on the old code to compare exactly")
 
 #: Overrides beyond {"size": "quick"} that tests/probes use for a probe's quick run.
 EXTRA: dict[str, dict[str, Any]] = {"graph_sawtooth": {"gamma_curve": True}}

@@ -16,7 +16,9 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from quick import GOLDEN, comparable, overrides  # noqa: E402
+from quick import GOLDEN, comparable, numerics, numerics_differ, overrides, pin_numerics  # noqa: E402
+
+pin_numerics()  # before torch loads
 
 
 def run_all(model: str, size: str = "quick", only: list[str] | None = None) -> dict[str, dict]:
@@ -44,10 +46,14 @@ def main(argv: list[str]) -> int:
     got = run_all(model, size, only)
     path = GOLDEN / f"{size}_{model}.json"
     if "--check" not in argv:
-        path.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+        path.write_text(json.dumps({"_numerics": numerics(), **got}, indent=1, sort_keys=True) + "\n")
         print(f"wrote {path}")
         return 0
     want = json.loads(path.read_text())
+    if why := numerics_differ(want):
+        print(why)
+        return 2
+    want.pop("_numerics")
     bad = {}
     for p in (only or set(want) | set(got)):
         w, g = comparable(want.get(p, {})), got.get(p, {})
