@@ -44,7 +44,7 @@ test: setup
 	$(PYTEST_ENV) $(PY) -m pytest -q -p no:cacheprovider --durations=15 --ignore=tests/acceptance tests
 
 accept: setup
-	$(PYTEST_ENV) $(PY) -m pytest -q -p no:cacheprovider -s tests/acceptance $(if $(PROBE),-k $(PROBE),)
+	$(PYTEST_ENV) INTERP_PIN_NUMERICS=0 $(PY) -m pytest -q -p no:cacheprovider -s tests/acceptance $(if $(PROBE),-k $(PROBE),)
 
 bench: setup
 	$(PYTEST_ENV) $(PY) bench/run.py

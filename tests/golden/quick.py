@@ -20,7 +20,10 @@ PIN = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
 
 
 def pin_numerics() -> None:
-    """Pin the float kernels (PIN) for this process and its children; call it before torch is imported."""
+    """Pin the float kernels (PIN) for this process and its children; call it before torch is imported.
+    INTERP_PIN_NUMERICS=0 leaves the CPU's own (`make accept` does: its wall-clock budgets are a user's)."""
+    if os.environ.get("INTERP_PIN_NUMERICS") == "0":
+        return
     for k, v in PIN.items():
         os.environ.setdefault(k, v)
 
