@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import os
@@ -28,6 +29,7 @@ def pin_numerics() -> None:
         os.environ.setdefault(k, v)
 
 
+@functools.cache
 def numerics() -> dict[str, Any]:
     """What decides the last digits here: torch's version, its kernel ISA, its thread count, and a hash of the
     outputs of the kernels a forward and a training step use (matmul, attention, softmax, norm, backward). Two
