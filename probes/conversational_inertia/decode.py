@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
-from interp.generate import decoding_attention, greedy, kv_cache_kwargs
+from interp.generate import decoding_attention, greedy, growing_cache, kv_cache_kwargs
 
 
 @dataclass
@@ -155,7 +155,7 @@ def _decode_jobs(model, jobs: list[_Job], kvs: list, max_new: int, stop_ids: Seq
                 keys[j, :, p_len - job.shared :] = kvs[j][layer][0][:, : job.shared]
                 values[j, :, p_len - job.shared :] = kvs[j][layer][1][:, : job.shared]
         layers.append((keys, values))
-    cache = DynamicCache(layers)
+    cache = growing_cache(layers=layers)
     mask = torch.zeros((b, p_len + s_len), dtype=torch.long)
     ids = torch.full((b, s_len), _pad_id(model), dtype=torch.long)
     for j, job in enumerate(jobs):

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from interp.context import RunContext
-from interp.precision import autocast, autocast_dtype, dtype_name
+from interp.precision import autocast_dtype, dtype_name, inference_autocast
 
 from . import ConversationalInertiaConfig, behavior, cpl, envs
 from .attention import key_fractions, layer_windows, measure, prepare
@@ -51,7 +51,7 @@ def run(cfg: ConversationalInertiaConfig, ctx: RunContext) -> None:
 
     plan = behaviour_plan(model, cfg, ctx.rng)  # 5. behaviour (and the CPL states' prompts)
     decode_dtype = autocast_dtype(cfg.decode_dtype, model)
-    with autocast(decode_dtype, model.device):
+    with inference_autocast(decode_dtype, model.hf, model.device):
         outputs = behavior.decode(model, plan["requests"], cfg.max_new_tokens, cfg.decode_batch_size, ctx.tqdm)
     rows = behavior.score_rows(plan["scored"], outputs)
     summary = behavior.summarize(rows, cfg.n_boot, ctx.rng)

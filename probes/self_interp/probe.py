@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from interp.context import RunContext
-from interp.precision import autocast, autocast_dtype, dtype_name
+from interp.precision import autocast, autocast_dtype, dtype_name, inference_autocast
 
 from . import SelfInterpConfig, sweep_layers
 from .adapters import Adapter, n_params
@@ -245,7 +245,7 @@ class Experiment:
                max_new: int | None = None) -> list[str]:
         with torch.no_grad():
             soft = adapter(vectors.to(self.model.device))
-        with self.fast():
+        with inference_autocast(self.compute_dtype, self.model.hf, self.model.device):
             return generate(self.model, self.tmpl, soft, max_new or self.cfg.max_label_tokens,
                             temperature=temperature, seed=seed, pc=self.pc)
 
