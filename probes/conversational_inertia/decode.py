@@ -75,14 +75,18 @@ def has_sliding_layers(model) -> bool:
 @torch.no_grad()
 def shared_prefix_greedy(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, stop_ids: Sequence[int],
                          batch_size: int = 32, root_batch: int = 16, min_frac: float = 0.25,
-                         progress: Callable | None = None) -> dict[tuple[int, ...], list[int]]:
-    """prompt ids -> greedy continuation ids (stop token excluded), each distinct prompt decoded once."""
+                         progress: Callable | None = None, in_place: bool = True) -> dict[tuple[int, ...], list[int]]:
+    """prompt ids -> greedy continuation ids (stop token excluded), each distinct prompt decoded once.
+
+    `in_place=False` decodes on transformers' own `DynamicCache` (the same tokens, slower: `bench inertia`'s
+    baseline) instead of `interp.generate.growing_cache`."""
     with decoding_attention(model.hf):
         return _shared_prefix_greedy(model, prompts, max_new_tokens, stop_ids, batch_size, root_batch, min_frac,
-                                     progress)
+                                     progress, in_place)
 
 
-def _shared_prefix_greedy(model, prompts, max_new_tokens, stop_ids, batch_size, root_batch, min_frac, progress):
+def _shared_prefix_greedy(model, prompts, max_new_tokens, stop_ids, batch_size, root_batch, min_frac, progress,
+                          in_place=True):
     if has_sliding_layers(model):
         return _plain(model, prompts, max_new_tokens, stop_ids, batch_size)
     roots, jobs = plan(prompts, min_frac)
@@ -98,7 +102,7 @@ def _shared_prefix_greedy(model, prompts, max_new_tokens, stop_ids, batch_size, 
         local = {r: k for k, r in enumerate(group)}
         for i in range(0, len(group_jobs), batch_size):
             chunk = group_jobs[i : i + batch_size]
-            gen = _decode_jobs(model, chunk, [kv[local[j.root]] for j in chunk], max_new_tokens, stop_ids)
+            gen = _decode_jobs(model, chunk, [kv[local[j.root]] for j in chunk], max_new_tokens, stop_ids, in_place)
             out.update({j.prompt: g for j, g in zip(chunk, gen)})
     return out
 
@@ -139,7 +143,8 @@ def _prefill_roots(model, roots: list[tuple[int, ...]], keep: list[int]) -> list
     return [[(layer.keys[j, :, :k], layer.values[j, :, :k]) for layer in cache.layers] for j, k in enumerate(keep)]
 
 
-def _decode_jobs(model, jobs: list[_Job], kvs: list, max_new: int, stop_ids: Sequence[int]) -> list[list[int]]:
+def _decode_jobs(model, jobs: list[_Job], kvs: list, max_new: int, stop_ids: Sequence[int], in_place: bool = True
+                 ) -> list[list[int]]:
     dev = model.device
     b = len(jobs)
     p_len = max(j.shared for j in jobs)
@@ -155,7 +160,7 @@ def _decode_jobs(model, jobs: list[_Job], kvs: list, max_new: int, stop_ids: Seq
                 keys[j, :, p_len - job.shared :] = kvs[j][layer][0][:, : job.shared]
                 values[j, :, p_len - job.shared :] = kvs[j][layer][1][:, : job.shared]
         layers.append((keys, values))
-    cache = growing_cache(layers=layers)
+    cache = growing_cache(layers=layers) if in_place else DynamicCache(layers)
     mask = torch.zeros((b, p_len + s_len), dtype=torch.long)
     ids = torch.full((b, s_len), _pad_id(model), dtype=torch.long)
     for j, job in enumerate(jobs):
