@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from .errors import InterpError
-from .families import NO_ROTARY, PARALLEL
+from .families import INTERLEAVED_ROTARY, NO_ROTARY, PARALLEL
 
 ROLES = ("q", "k", "v", "o", "gate", "up", "down")
 """Projection roles: q/k/v/gate/up neurons are a projection's outputs, o/down neurons its inputs."""
@@ -127,6 +127,8 @@ class Anatomy:
         self.d_head = int(getattr(self.config, "head_dim", None) or d_model // self.n_heads)
         self.gated = self._has_gate()
         self.rotary = self._rotary()
+        self.rotary_dims = self._rotary_dims()
+        self.rotary_interleaved = self.rotary and self.family in INTERLEAVED_ROTARY
         self.qk_norm = any(hasattr(self.attn(0), n) for n in ("q_norm", "k_norm", "q_layernorm"))
         self.sliding_window = getattr(self.config, "sliding_window", None)
         self.attn_softcap = getattr(self.config, "attn_logit_softcapping", None)
@@ -173,6 +175,28 @@ class Anatomy:
 
     def _rotary(self) -> bool:
         return self.family not in NO_ROTARY
+
+    def _rotary_dims(self) -> int:
+        """Dimensions of each q/k head that RoPE rotates: all of them, or the first `rotary_dim` (GPT-J, CodeGen),
+        or `partial_rotary_factor` x d_head (GPT-NeoX/Pythia, Phi, StableLM; older configs: `rotary_pct`)."""
+        if not self.rotary:
+            return 0
+        c = self.config
+        if getattr(c, "rotary_dim", None):
+            return min(self.d_head, int(c.rotary_dim))
+        rope = getattr(c, "rope_parameters", None) or getattr(c, "rope_scaling", None) or {}
+        frac = rope.get("partial_rotary_factor") if isinstance(rope, dict) else None
+        frac = frac or getattr(c, "partial_rotary_factor", None) or getattr(c, "rotary_pct", None) or 1.0
+        return int(self.d_head * float(frac))
+
+    def rope_partner(self, dim: int) -> int | None:
+        """The dimension of a q/k head that RoPE rotates together with `dim`; None where `dim` is not rotated."""
+        r = self.rotary_dims
+        if not 0 <= dim < r:
+            return None
+        if self.rotary_interleaved:
+            return dim ^ 1
+        return dim + r // 2 if dim < r // 2 else dim - r // 2
 
     def name_of(self, module: Any) -> str:
         return self._names[id(module)]
@@ -287,7 +311,9 @@ class Anatomy:
     def describe(self) -> dict[str, Any]:
         """What the manifest records about the architecture's layout."""
         return {
-            "family": self.family, "gated_mlp": self.gated, "rotary": self.rotary, "parallel_block": self.parallel,
+            "family": self.family, "gated_mlp": self.gated, "rotary": self.rotary,
+            "rotary_dims": self.rotary_dims, "rotary_interleaved": self.rotary_interleaved,
+            "parallel_block": self.parallel,
             "qk_norm": self.qk_norm, "sliding_window": self.sliding_window, "attn_softcap": self.attn_softcap,
             "final_softcap": self.final_softcap,
             "fused_qkv": self._first(self.attn(0), _FUSED_QKV, "", False) is not None,

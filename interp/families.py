@@ -10,6 +10,10 @@ from __future__ import annotations
 NO_ROTARY = frozenset({"gpt2", "gpt_bigcode", "opt", "bloom", "mpt"})
 """Families with learned or ALiBi positions: their q/k carry no rotation, so attn_q/k *are* the rotated q/k."""
 
+INTERLEAVED_ROTARY = frozenset({"gptj", "codegen"})
+"""Rotary families that rotate adjacent dimensions (2i, 2i + 1) together (GPT-J's `rotate_every_two`); the others
+rotate dimension i with i + r/2 of the first r rotated dimensions (`rotate_half`)."""
+
 BRIDGE_HIDES_ROTARY = frozenset({"phi3", "gpt_neox", "gptj"})
 """Rotary families whose bridge adapter rotates q/k inside the attention without firing hook_rot_q/k."""
 

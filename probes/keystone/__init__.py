@@ -127,7 +127,8 @@ class KeystoneConfig(ProbeConfig):
     """Also zero (and, in SFT, mask) the bias entry of a row neuron; false: edit .weight only and train every bias,
     as the released code (the embedded models have no projection biases, so this changes nothing there)."""
     rope_pair_ablation: bool = False
-    """Also zero each ablated q/k dimension's RoPE partner (weight zeroing acts before RoPE)."""
+    """Also zero each ablated q/k dimension's RoPE partner (weight zeroing acts before RoPE), in the model's own
+    layout (`Anatomy.rope_partner`: rotate-half, GPT-J's adjacent pairs, partial rotaries)."""
     ablation: bool = True
     """Run the ablation conditions, controls and the position-0 mechanism (false: selection and SFT only)."""
     sft: SFTConfig = field(default_factory=SFTConfig)

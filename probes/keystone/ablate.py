@@ -23,7 +23,7 @@ from interp.generate import greedy
 from interp.sites import Site
 
 from .data import TASKS, TaskItem, score_answer
-from .neurons import SliceMap, hook_site, rope_partner
+from .neurons import SliceMap, hook_site
 from .record import forward_to_last_layer
 from .selection import Mask, units
 
@@ -39,21 +39,23 @@ def cell_indices(mask: Mask):
                 yield t, layer, idx
 
 
-def with_rope_partners(t: str, idx: np.ndarray, d_head: int) -> np.ndarray:
-    """q/k indices plus each one's RoPE partner dimension in the same head."""
+def with_rope_partners(t: str, idx: np.ndarray, anatomy) -> np.ndarray:
+    """q/k indices plus each one's RoPE partner dimension in the same head, in the model's own layout
+    (`anatomy.rope_partner`: rotate-half or GPT-J's adjacent pairs, only the rotated dimensions of a partial
+    rotary); a dimension RoPE leaves alone has no partner."""
     if t not in ("attn_q", "attn_k"):
         return idx
-    h, d = np.divmod(idx, d_head)
-    partners = h * d_head + np.array([rope_partner(int(x), d_head) for x in d], dtype=idx.dtype)
-    return np.union1d(idx, partners)
+    h, d = np.divmod(idx, anatomy.d_head)
+    partners = [hh * anatomy.d_head + p for hh, x in zip(h, d) if (p := anatomy.rope_partner(int(x))) is not None]
+    return np.union1d(idx, np.asarray(partners, dtype=idx.dtype))
 
 
-def zero_edits(smap: SliceMap, mask: Mask, d_head: int, rope_pair: bool = False) -> list[WeightEdit]:
+def zero_edits(smap: SliceMap, mask: Mask, anatomy, rope_pair: bool = False) -> list[WeightEdit]:
     """Weight edits that zero every neuron of `mask`: its weight slice and, for rows, its bias entry."""
     edits = []
     for t, layer, idx in cell_indices(mask):
         if rope_pair:
-            idx = with_rope_partners(t, idx, d_head)
+            idx = with_rope_partners(t, idx, anatomy)
         ids = smap.rows(t, layer, idx)
         edits.append(WeightEdit(smap.weight_name(t, layer), smap.dim(t, layer), ids))
         bias = smap.bias_name(t, layer)
@@ -219,7 +221,7 @@ def evaluate(model, smap: SliceMap, cond: Condition, chunks: Tensor, batch_size:
     if cond.swap is not None:
         edits = swap_edits(smap, cond.swap)
     else:
-        edits = [] if cond.mask is None else zero_edits(smap, cond.mask, model.info.d_head, rope_pair)
+        edits = [] if cond.mask is None else zero_edits(smap, cond.mask, model.anatomy, rope_pair)
     with edit_weights(model, edits):
         stats = forward_stats(model, chunks, batch_size)
         acc = task_accuracy(model, tasks) if (cond.tasks and tasks) else {}
@@ -291,7 +293,7 @@ def massive_writers(model, key: Mask, chunks: Tensor, rope_pair: bool, progress=
         for u, (t, layer, i) in enumerate(group):
             idx = np.array([i])
             if rope_pair:
-                idx = with_rope_partners(t, idx, model.info.d_head)
+                idx = with_rope_partners(t, idx, model.anatomy)
             zero.append((hook_site(model, t, layer), slice(u * S, (u + 1) * S), idx.tolist()))
         pn = pos0_norms(model, chunks.repeat(len(group), 1), zero)  # (units * S, layer)
         norms += pn.max(1).values.view(len(group), S).mean(1).tolist()

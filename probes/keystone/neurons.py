@@ -141,12 +141,6 @@ def kv_row(i: int, d_head: int, n_rep: int) -> int:
     return ((i // d_head) // n_rep) * d_head + i % d_head
 
 
-def rope_partner(d: int, d_head: int) -> int:
-    """The dimension rotated together with `d` by RoPE (the rotate-half convention)."""
-    half = d_head // 2
-    return d + half if d < half else d - half
-
-
 def neuron_coords(t: str, i: int, info) -> dict[str, int | None]:
     """head, dim and kv_head of attention neuron i (None for MLP neurons; head None for k/v)."""
     if t in ("fwd_up", "fwd_down"):

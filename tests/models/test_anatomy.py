@@ -104,7 +104,7 @@ def test_keystone_slices_of_a_fused_qkv_stay_apart(family_models):
     d_kv = m.info.n_kv_heads * m.info.d_head
     mask = {t: np.zeros((m.info.n_layers, n), bool) for t, n in (("attn_q", d_q), ("attn_k", d_kv))}
     mask["attn_k"][1, 3] = True
-    with edit_weights(m, zero_edits(smap, mask, m.info.d_head)):
+    with edit_weights(m, zero_edits(smap, mask, m.anatomy)):
         zero = (w.abs().sum(1) == 0).nonzero().flatten().tolist()
         assert zero == [d_q + 3], zero  # the K neuron 3 is row d_q + 3 of the fused weight
     pairs = {("attn_q", 1): (np.array([0, 1]), np.array([5, 6])), ("attn_k", 1): (np.array([2]), np.array([7]))}
@@ -112,3 +112,48 @@ def test_keystone_slices_of_a_fused_qkv_stay_apart(family_models):
         assert torch.equal(w[0], before[5]) and torch.equal(w[1], before[6])
         assert torch.equal(w[d_q + 2], before[d_q + 7])
     assert weights_digest(m) == digest
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f not in families.NO_ROTARY])
+def test_rope_partners_are_the_dimensions_the_model_rotates_together(family, family_models):
+    """`anatomy.rope_partner` against the model itself: with head 0's query one-hot in dimension a and its key
+    one-hot in b != a (set on the projections' outputs, before any rotation), the score of key j from the last
+    query is s^2 sin(theta (i - j)) when a and b are rotated together, and 0 otherwise: the layer-0 attention of
+    head 0 varies over the keys exactly for the partner (a == b would give cos, flat to second order at the lowest
+    frequencies). Covers rotate-half, GPT-J's adjacent pairs and partial rotaries."""
+    m = family_models(family)
+    a, hf = m.anatomy, m.hf
+    ids = m.tokenize(TEXT)["input_ids"][:, :8]
+    uniform = torch.full((ids.shape[1],), 1.0 / ids.shape[1])
+
+    def one_hot(role: str, dim: int):
+        proj = a.proj(0, role)
+        mod = hf.get_submodule(proj.weight.removesuffix(".weight"))
+        head0 = proj.index.view(-1, a.d_head)[0]
+
+        def hook(_module, _inputs, out):
+            out = out.clone()
+            out[..., proj.index] = 0
+            out[..., head0[dim]] = 30.0
+            return out
+
+        return mod.register_forward_hook(hook)
+
+    def varies(qd: int, kd: int) -> bool:
+        handles = [one_hot("q", qd), one_hot("k", kd)]
+        try:
+            with torch.no_grad():
+                att = hf(input_ids=ids, output_attentions=True).attentions[0][0, 0, -1].float()
+        finally:
+            for h in handles:
+                h.remove()
+        return float((att - uniform).abs().max()) > 1e-4
+
+    r = a.rotary_dims
+    assert 0 < r <= a.d_head and r % 2 == 0
+    probes_ = sorted({0, 1, r // 2 - 1, r // 2, r - 1, *([r, a.d_head - 1] if r < a.d_head else [])})
+    for qd in probes_:
+        together = {kd for kd in range(a.d_head) if kd != qd and varies(qd, kd)}
+        partner = a.rope_partner(qd)
+        want = set() if partner is None else {partner}
+        assert together == want, f"{family}: dimension {qd} rotates with {sorted(together)}, anatomy says {partner}"

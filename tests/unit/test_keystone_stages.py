@@ -19,7 +19,7 @@ from probes.keystone.data import (
     score_answer,
     sft_data,
 )
-from probes.keystone.neurons import kv_row, neuron_coords, rope_partner
+from probes.keystone.neurons import kv_row, neuron_coords
 from probes.keystone.selection import (
     cells_frame,
     count,
@@ -158,7 +158,6 @@ def test_iou_and_its_chance_level():
 def test_gqa_index_maps():
     # released code: query-width index -> KV row; 9 heads over 3 KV heads of 64 dims
     assert kv_row(0, 64, 3) == 0 and kv_row(3 * 64 + 5, 64, 3) == 64 + 5 and kv_row(8 * 64 + 63, 64, 3) == 2 * 64 + 63
-    assert rope_partner(3, 64) == 35 and rope_partner(35, 64) == 3
 
     class Info:
         n_heads, n_kv_heads, d_head = 9, 3, 64
@@ -233,7 +232,7 @@ def test_ablation_edits_zero_exactly_the_slices_and_restore(tiny_model):
     params = dict(tiny_model.hf.named_parameters())
     up, down = smap.weight_name("fwd_up", 0), smap.weight_name("fwd_down", 1)
     before = {n: p.detach().clone() for n, p in params.items()}
-    with edit_weights(tiny_model, zero_edits(smap, mask, tiny_model.info.d_head)):
+    with edit_weights(tiny_model, zero_edits(smap, mask, tiny_model.anatomy)):
         assert float(params[up][3].abs().sum()) == 0 and float(params[down][:, 5].abs().sum()) == 0
         assert float(params[smap.weight_name("attn_o", 0)][:, 7].abs().sum()) == 0
         changed = [n for n, p in params.items() if not torch.equal(p, before[n])]
@@ -243,7 +242,7 @@ def test_ablation_edits_zero_exactly_the_slices_and_restore(tiny_model):
     assert weights_digest(tiny_model) == digest
     q = {t: np.zeros_like(m) for t, m in mask.items()}
     q["attn_q"][0, 1] = True
-    with edit_weights(tiny_model, zero_edits(smap, q, tiny_model.info.d_head, rope_pair=True)):
+    with edit_weights(tiny_model, zero_edits(smap, q, tiny_model.anatomy, rope_pair=True)):
         zero_rows = (params[smap.weight_name("attn_q", 0)].abs().sum(1) == 0).nonzero().flatten().tolist()
         assert zero_rows == [1, 1 + tiny_model.info.d_head // 2]
     pairs = {("fwd_up", 0): (np.array([3]), np.array([9]))}
@@ -268,7 +267,7 @@ def test_weight_zeroing_equals_the_activation_hook_path(tiny_model):
     for t in TYPES:
         mask = {tt: np.zeros((tiny_model.info.n_layers, w[tt]), bool) for tt in TYPES}
         mask[t][1, [2, 5]] = True
-        with torch.no_grad(), edit_weights(tiny_model, zero_edits(smap, mask, tiny_model.info.d_head)):
+        with torch.no_grad(), edit_weights(tiny_model, zero_edits(smap, mask, tiny_model.anatomy)):
             a = tiny_model.forward(ids)
         with torch.no_grad(), ablate(tiny_model, Site(SPECS[t].hook_kind, 1), index=[2, 5]):
             b = tiny_model.forward(ids)
@@ -334,7 +333,7 @@ def test_batched_single_unit_test_equals_weight_edits_one_by_one(tiny_model):
     for r in frame.itertuples():
         single = {t: np.zeros_like(m) for t, m in key.items()}
         single[r.type][r.layer, r.index] = True
-        with edit_weights(tiny_model, zero_edits(smap, single, tiny_model.info.d_head, rope_pair=True)):
+        with edit_weights(tiny_model, zero_edits(smap, single, tiny_model.anatomy, rope_pair=True)):
             norm = forward_stats(tiny_model, chunks, 2, nll=False, sink=False).pos0_norm
         assert r.pos0_norm_single == pytest.approx(norm, rel=1e-4), (r.type, r.layer, r.index)
         assert r.cut_frac == pytest.approx(1 - norm / base, abs=1e-4)
