@@ -63,7 +63,7 @@ def in_place_decode(model, prompts, max_new: int, stops, smoke: bool) -> Row:
             out["ours"] = shared_prefix_greedy(model, prompts, max_new, stops)
 
     def theirs():
-        with autocast(dtype, model.device), torch.no_grad():
+        with autocast(dtype, model.device):
             out["hf"] = shared_prefix_greedy(model, prompts, max_new, stops, in_place=False)
 
     t = interleaved({"ours": ours, "hf": theirs}, repeats=1 if smoke else 2)

@@ -112,7 +112,6 @@ class _GrowingLayer(DynamicLayer):
     def update(self, key_states: Tensor, value_states: Tensor, *args, **kwargs) -> tuple[Tensor, Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-            self._kbuf = self._vbuf = None
         fresh = self._kbuf is None or self.keys.data_ptr() != self._kbuf.data_ptr()
         n = 0 if self.keys.numel() == 0 else self.keys.shape[-2]
         end = n + key_states.shape[-2]

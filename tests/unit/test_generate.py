@@ -59,7 +59,7 @@ def test_greedy_with_the_growing_cache_equals_transformers_generate(family, tmp_
     assert ours == ids[:, enc["input_ids"].shape[1]:].tolist()
 
 
-def test_inference_autocast_casts_once_and_restores_the_frozen_model(tiny_model):
+def test_inference_autocast_equals_plain_autocast_and_restores_the_frozen_model(tiny_model):
     hf = tiny_model.hf
     ids = torch.tensor([[1, 5, 9, 13, 2]])
     frozen = [p.requires_grad for p in hf.parameters()]
