@@ -14,6 +14,7 @@ _KEYED_WHEN_ON: tuple[tuple[str, Any, tuple[str, ...]], ...] = (
     ("aux_k", 0, ("aux_k", "aux_coeff", "aux_dead_tokens")),
     ("init_sparsity", "fixed", ("init_sparsity",)),
     ("resample_every", 0, ("resample_every", "resample_until", "resample_below")),
+    ("tied", False, ("tied",)),
 )
 """Optional training features, each added after the cache key's format was fixed. While a feature is off its
 fields change nothing in the trained SAE, so they stay out of the key: configs that do not use it keep the keys
@@ -88,6 +89,11 @@ class SAETrainConfig:
     """Decoder bias at initialisation: the buffer mean, or zero."""
     init_decoder: Literal["random", "data"] = "random"
     """Decoder rows at initialisation: random unit vectors, or random centred buffer rows (unit length)."""
+    tied: bool = False
+    """The encoder is the decoder's transpose throughout training (W_enc = W_dec^T, one shared matrix), not only at
+    initialisation. In whitened coordinates this is the threshold SAE of the atoms paper's recovery theorem
+    (W_enc = D^T S~ in raw coordinates). An untied encoder column is fit only on the tokens its latent fires on,
+    which can overfit when each latent fires on few tokens."""
     trainer: Literal["toolkit", "saelens"] = "toolkit"
     """The toolkit's loop, or SAELens's SAETrainer on an in-memory provider (fixed coefficient): a benchmark
     baseline that lives in bench/ and is passed to `train_sae` as `fit=bench.sae.train_saelens`."""
@@ -115,6 +121,8 @@ class SAETrainConfig:
             raise ConfigError("jumprelu_bandwidth", self.jumprelu_bandwidth, "positive bandwidth and threshold")
         if not 0 < self.calib_tol < 1:
             raise ConfigError("calib_tol", self.calib_tol, "a value in (0, 1)")
+        if self.tied and self.trainer != "toolkit":
+            raise ConfigError("tied", self.tied, 'false with trainer="saelens"')
         if self.init_sparsity == "data" and self.trainer != "toolkit":
             raise ConfigError("init_sparsity", self.init_sparsity, '"fixed" with trainer="saelens"')
         if self.resample_every < 0:

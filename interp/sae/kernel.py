@@ -130,7 +130,7 @@ class _ToolkitSAE(torch.nn.Module):
         W_dec /= W_dec.norm(dim=-1, keepdim=True).clamp_min(1e-12)
         self.cfg = cfg
         self.W_dec = torch.nn.Parameter(W_dec)
-        self.W_enc = torch.nn.Parameter(W_dec.T.clone().contiguous())
+        self.register_parameter("W_enc", None if cfg.tied else torch.nn.Parameter(W_dec.T.clone().contiguous()))
         self.b_enc = torch.nn.Parameter(torch.zeros(cfg.d_sae, device=device, dtype=dtype))
         self.b_dec = torch.nn.Parameter(b_dec.to(device=device, dtype=dtype).clone())
         init = math.log(cfg.jumprelu_init_threshold)
@@ -138,10 +138,15 @@ class _ToolkitSAE(torch.nn.Module):
         self.log_threshold = torch.nn.Parameter(torch.full((cfg.d_sae,), init, device=device, dtype=dtype),
                                                 requires_grad=cfg.architecture == "jumprelu")
 
+    @property
+    def encoder(self) -> Float[Tensor, "d_in d_sae"]:
+        """W_enc, or the decoder's transpose (a view that carries its gradient to W_dec) when tied."""
+        return self.W_dec.T if self.W_enc is None else self.W_enc
+
     def forward(self, x: Tensor, sparse_below: float = 0.02) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """(x_hat, l0 per row, sparsity penalty per row, tokens each latent fired on in the batch)."""
         c = self.cfg
-        return _SAEForward.apply(x, self.W_enc, self.b_enc, self.W_dec, self.b_dec, self.log_threshold,
+        return _SAEForward.apply(x, self.encoder, self.b_enc, self.W_dec, self.b_dec, self.log_threshold,
                                  c.architecture, c.k, c.jumprelu_bandwidth, sparse_below)
 
     @torch.no_grad()
@@ -152,7 +157,7 @@ class _ToolkitSAE(torch.nn.Module):
         if c.init_sparsity != "data" or c.architecture == "topk" or not c.target_l0:
             return
         idx = torch.arange(c.d_sae, device=x.device) if idx is None else idx
-        pre = (x - self.b_dec) @ self.W_enc[:, idx]  # (tok, len(idx)), b_enc excluded
+        pre = (x - self.b_dec) @ self.encoder[:, idx]  # (tok, len(idx)), b_enc excluded
         rank = max(1, min(pre.shape[0], math.ceil((1.0 - min(1.0, c.target_l0 / c.d_sae)) * pre.shape[0])))
         level = pre.kthvalue(rank, dim=0).values
         if c.architecture == "jumprelu":
@@ -169,7 +174,7 @@ class _ToolkitSAE(torch.nn.Module):
         """Re-initialise dead latents towards badly reconstructed inputs (Bricken et al. 2023).
 
         Each dead latent gets the direction of a batch residual drawn with probability proportional
-        to its squared norm: decoder row = that direction, encoder column = the same, encoder bias 0,
+        to its squared norm: decoder row = that direction, encoder column = the same (untied), encoder bias 0,
         threshold back to its initial value; their Adam moments are zeroed. With init_sparsity="data" the
         gate starts at the target-L0 quantile of the latent's pre-activations on the *residuals* (passed as
         residual + b_dec, which `init_sparsity_from` centres back), so on the inputs it first fires more
@@ -187,13 +192,14 @@ class _ToolkitSAE(torch.nn.Module):
         dirs = residual[pick]
         dirs = dirs / dirs.norm(dim=-1, keepdim=True).clamp_min(1e-12)
         self.W_dec[idx] = dirs
-        self.W_enc[:, idx] = dirs.T
+        if self.W_enc is not None:
+            self.W_enc[:, idx] = dirs.T
         self.b_enc[idx] = 0
         self.log_threshold[idx] = math.log(self.cfg.jumprelu_init_threshold)
         self.init_sparsity_from(residual + self.b_dec, idx)
         for p, rows in ((self.W_dec, (idx,)), (self.W_enc, (slice(None), idx)), (self.b_enc, (idx,)),
                         (self.log_threshold, (idx,))):
-            state = opt.state.get(p, {})
+            state = opt.state.get(p, {}) if p is not None else {}
             for key in ("exp_avg", "exp_avg_sq"):
                 if key in state:
                     state[key][rows] = 0

@@ -1,7 +1,7 @@
 """Training: the toolkit's loop on an in-memory buffer (`_train_toolkit`: Adam, cosine decay, unit-norm decoder
-rows renormalised after each step, an L0 controller on the sparsity coefficient, optional AuxK and dead-latent
-resampling), and `train_sae`, which wraps a trainer with what every SAE gets after it: L0 calibration, the
-input transform folded in, the training summary and the firing densities."""
+rows renormalised after each step, an L0 controller on the sparsity coefficient, optional AuxK, dead-latent
+resampling and a tied encoder), and `train_sae`, which wraps a trainer with what every SAE gets after it: L0
+calibration, the input transform folded in, the training summary and the firing densities."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def _aux_step(sae: _ToolkitSAE, xb: Tensor, x_hat: Tensor, fired: Tensor, since_
     if len(dead) == 0:
         return 0.0, 0.0
     e = xb - x_hat
-    pre = (xb - sae.b_dec.detach()) @ sae.W_enc[:, dead] + sae.b_enc[dead]  # (B, n_dead)
+    pre = (xb - sae.b_dec.detach()) @ sae.encoder[:, dead] + sae.b_enc[dead]  # (B, n_dead)
     vals, idx = pre.topk(min(cfg.aux_k, len(dead)), dim=-1)
     acts = torch.zeros_like(pre).scatter(-1, idx, vals.relu())
     e_hat = acts @ sae.W_dec[dead]
@@ -118,7 +118,8 @@ def _train_toolkit(
     if cfg.init_sparsity == "data":  # (no draw otherwise: fixed-init runs keep their random stream)
         sae.init_sparsity_from(x[torch.randperm(n, generator=gen)[: min(n, max(cfg.batch, 4096))].to(x.device)])
     norm = float((x.double() ** 2).sum(-1).mean())  # E||x||^2, the reconstruction normaliser
-    groups: list[dict[str, Any]] = [{"params": [sae.W_enc, sae.b_enc, sae.W_dec, sae.b_dec], "lr_scale": 1.0}]
+    main = [p for p in (sae.W_enc, sae.b_enc, sae.W_dec, sae.b_dec) if p is not None]  # W_enc is None when tied
+    groups: list[dict[str, Any]] = [{"params": main, "lr_scale": 1.0}]
     if cfg.architecture == "jumprelu":
         groups.append({"params": [sae.log_threshold], "lr_scale": cfg.threshold_lr_scale})
     opt = torch.optim.Adam(groups, lr=cfg.lr, fused=x.dtype in (torch.float32, torch.float64))
@@ -183,7 +184,7 @@ def _train_toolkit(
 
 def _state_of(sae: _ToolkitSAE) -> dict[str, Tensor]:
     sd = {
-        "W_enc": sae.W_enc.detach().clone(),
+        "W_enc": sae.encoder.detach().clone().contiguous(),
         "b_enc": sae.b_enc.detach().clone(),
         "W_dec": sae.W_dec.detach().clone(),
         "b_dec": sae.b_dec.detach().clone(),

@@ -79,6 +79,39 @@ def test_fused_forward_gradients_match_autograd_and_sparse_path(arch):
         assert grads[0][4].abs().sum() > 0
 
 
+@pytest.mark.parametrize("arch", ["jumprelu", "standard"])
+def test_tied_encoder_is_the_decoder_transpose_with_both_gradients(arch):
+    """tied: the forward reads W_dec^T and the decoder receives the encoder's gradient too (autograd reference
+    in float64); a trained and calibrated SAE keeps W_enc == W_dec^T exactly, also through resampling; the
+    switch enters the cache key only when on, and SAELens's trainer refuses it."""
+    from interp.sae.kernel import _ToolkitSAE
+
+    torch.manual_seed(3)
+    x = torch.randn(64, 12).double()
+    cfg = small_cfg(arch, d_sae=40, tied=True, jumprelu_init_threshold=0.3)
+    sae = _ToolkitSAE(12, cfg, torch.randn(12).double() * 0.1, torch.Generator().manual_seed(0), "cpu", torch.float64)
+    assert sae.W_enc is None and sum(p.numel() for p in sae.parameters()) == 40 * 12 + 40 + 12 + 40
+    x_hat, _, pen, _ = sae(x, sparse_below=0.0)
+    (((x_hat - x) ** 2).sum() + 0.3 * pen.sum()).backward()
+    W_dec = sae.W_dec.detach().clone().requires_grad_(True)
+    pre = (x - sae.b_dec.detach()) @ W_dec.T + sae.b_enc.detach()
+    gate = (pre > sae.log_threshold.detach().exp()) if arch == "jumprelu" else (pre > 0)
+    a = pre * gate.double()
+    loss = ((a @ W_dec + sae.b_dec.detach() - x) ** 2).sum() + (0.3 * a.sum() if arch == "standard" else 0)
+    (g_ref,) = torch.autograd.grad(loss, W_dec)
+    assert torch.allclose(sae.W_dec.grad, g_ref, atol=1e-9)
+    untied_dec = torch.autograd.grad((((a.detach() @ W_dec) - x) ** 2).sum(), W_dec)[0]
+    assert not torch.allclose(g_ref, untied_dec, atol=1e-3)  # the encoder's share is really there
+
+    data = sparse_data(n=2000)
+    trained = train_sae(data, small_cfg(arch, tied=True, resample_every=10, resample_below=0.5))
+    assert trained.cfg.metadata.interp_training["resampled"] > 0
+    assert torch.equal(trained.W_enc, trained.W_dec.T)
+    assert "tied" not in small_cfg(arch).key() and small_cfg(arch, tied=True).key()["tied"] is True
+    with pytest.raises(ConfigError, match="tied"):
+        small_cfg(arch, tied=True, trainer="saelens").validate()
+
+
 @pytest.mark.parametrize("arch", ["jumprelu", "standard", "topk"])
 def test_train_returns_calibrated_saelens_sae(arch):
     from sae_lens import JumpReLUSAE, StandardSAE, TopKSAE
