@@ -82,6 +82,10 @@ class AtomsConfig(ProbeConfig):
     """Width of JumpReLU's straight-through window, in whitened units."""
     threshold_lr_scale: PositiveFloat = 1.0
     """Learning-rate multiplier of the TSAE's log-thresholds."""
+    tied: bool = False
+    """Tie the encoder of the core TSAE and of every grid cell to its decoder (W_e = W_d^T in whitened
+    coordinates, the paper's recovery construction W_enc = D^T S~). Off by default: the spec's TSAE trains W_e
+    from W_d^T onwards, and grid C's memorisation gap is measured on that dictionary."""
     sae: SAESource = field(default_factory=SAESource)
     """The SAE (sae.source "train": a standard ReLU+L1 SAE on raw activations, or a spec of an SAE on `hook`);
     sae.cache also covers the TSAE. Its size is atoms' own: d_sae_mult, steps, n_tokens."""
@@ -119,6 +123,12 @@ class AtomsConfig(ProbeConfig):
     """Adam learning rate of the synthetic TSAEs (with data-initialised decoders, data-started thresholds when
     init_sparsity="data", else 3 whitened units, and dead-latent resampling every `synth_resample_every` steps
     over the first half)."""
+    synth_tied: bool = True
+    """Tie the synthetic TSAEs' encoders to their decoders (as `tied`). Each latent fires on about
+    K * n / N* = 350 of the 60k samples, so an untied encoder column (H_s = 256 weights, fit only where its latent
+    fires) regresses the code on about 1.4 samples per weight and learns the training samples' interference: held-out
+    R²_AIP 0.974-0.979 against 0.985-0.991 on training samples over seeds 0-4, encoder-decoder cosine 0.80. Tied, the
+    same recipe reads 0.990-0.993 held out (train-held gap 0.002), near the true atoms' own 0.996."""
     synth_resample_every: NonNegativeInt = 50
     """Steps between dead-latent resampling in the synthetic TSAEs (0: off). With d_sae = N*, every dead latent
     is a missed atom."""

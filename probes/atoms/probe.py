@@ -221,7 +221,7 @@ def train_units(model, site: Site, train: Tensor, w, cfg: AtomsConfig, meta: dic
     base = dict(d_sae=d_sae, steps=cfg.steps, batch=cfg.batch, lr=cfg.lr, target_l0=cfg.target_l0,
                 calib_tokens=cfg.l0_calib_tokens, init_sparsity=cfg.init_sparsity, seed=cfg.seed)
     tcfg = SAETrainConfig(architecture="jumprelu", jumprelu_bandwidth=cfg.jumprelu_bandwidth,
-                          threshold_lr_scale=cfg.threshold_lr_scale, **base)
+                          threshold_lr_scale=cfg.threshold_lr_scale, tied=cfg.tied, **base)
     scfg = SAETrainConfig(architecture="standard", **base)
     hits = []
 
@@ -339,7 +339,7 @@ def capacity_grid(train: Tensor, held: Tensor, metric: Metric, w, cfg: AtomsConf
             gcfg = SAETrainConfig(architecture="jumprelu", d_sae=d_sae, steps=cfg.grid_steps, batch=cfg.grid_batch,
                                   lr=cfg.lr, target_l0=cfg.target_l0, jumprelu_bandwidth=cfg.jumprelu_bandwidth,
                                   threshold_lr_scale=cfg.threshold_lr_scale, init_sparsity=cfg.init_sparsity,
-                                  calib_tokens=min(cfg.l0_calib_tokens, n), seed=cfg.seed)
+                                  tied=cfg.tied, calib_tokens=min(cfg.l0_calib_tokens, n), seed=cfg.seed)
             t0 = time.perf_counter()
             cell = train_sae(cell_train, gcfg, transform=transform)
             uc = sae_codes("tsae", cell, held)
@@ -387,7 +387,7 @@ def synthetic_check(cfg: AtomsConfig, ctx: RunContext) -> tuple[pd.DataFrame, di
                                   lr=cfg.synth_lr, target_l0=float(cfg.synth_k),
                                   jumprelu_bandwidth=cfg.jumprelu_bandwidth, jumprelu_init_threshold=3.0,
                                   threshold_lr_scale=cfg.threshold_lr_scale, init_decoder="data",
-                                  init_sparsity=cfg.init_sparsity,
+                                  init_sparsity=cfg.init_sparsity, tied=cfg.synth_tied,
                                   resample_every=cfg.synth_resample_every, resample_below=1e-3,
                                   calib_tokens=min(cfg.l0_calib_tokens, n), seed=cfg.seed)
             t0 = time.perf_counter()

@@ -62,9 +62,12 @@ def numerics() -> dict[str, Any]:
             "threads": torch.get_num_threads(), "kernels": digest}
 
 
-def numerics_differ(record: dict[str, Any]) -> str | None:
-    """Why this process cannot reproduce `record` (a golden file's "_numerics") bit for bit, or None if it can."""
-    here, there = numerics(), record.get("_numerics", {})
+def numerics_differ(record: dict[str, Any], probe: str | None = None) -> str | None:
+    """Why this process cannot reproduce `record` (a golden file) bit for bit, or None if it can. The file's
+    "_numerics" holds for every probe but one re-recorded on another machine (`record.py --probes=...`), which
+    carries its own."""
+    here = numerics()
+    there = (record.get(probe) or {}).get("_numerics") or record.get("_numerics", {})
     if here == there:
         return None
     return (f"this machine's float kernels differ from the record's ({here} here, {there} recorded): re-record with "
@@ -99,7 +102,7 @@ def comparable(metrics: dict[str, Any]) -> dict[str, Any]:
     """The metrics that a same-seed rerun reproduces exactly (NaN as the string "nan", for JSON)."""
     out = {}
     for k, v in metrics.items():
-        if _VOLATILE.search(k):
+        if _VOLATILE.search(k) or k.startswith("_"):
             continue
         if isinstance(v, float) and math.isnan(v):
             v = "nan"

@@ -23,7 +23,7 @@ WANT = json.loads((GOLDEN / "micro_smollm2-135m.json").read_text())
 
 @pytest.mark.parametrize("probe", sorted(probes_available()))
 def test_same_seed_same_metrics(probe, micro_runs):
-    if why := numerics_differ(WANT):
+    if why := numerics_differ(WANT, probe):
         pytest.skip(why)
     assert probe in WANT, f"no recorded micro metrics for {probe}: python tests/golden/record.py smollm2-135m --micro"
     got = comparable(load_run(micro_runs(probe)).metrics)

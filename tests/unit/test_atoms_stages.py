@@ -136,6 +136,29 @@ def test_synthetic_atoms_are_recovered_by_the_true_dictionary():
     assert float(syn.offset.norm() / norms.median()) == pytest.approx(3.0, rel=0.01)
 
 
+def test_tied_synthetic_tsae_generalises_where_untied_memorises():
+    """The synthetic TSAE's recipe (data-started decoder and gates, resampling) with ~1.4 samples per encoder weight
+    for each latent (H_s 128, N* 256, 15k samples, K 3), as at the default size: untied, the encoder learns the
+    training samples' interference (train-held R²_AIP gap ~0.014 on seeds 0-3, held out 0.960-0.966); tied to the
+    decoder (synth_tied, the paper's W_enc = D^T S~), the gap is ~0.002 and held out 0.971-0.975."""
+    from interp.sae import SAETrainConfig, decode, encode, train_sae
+
+    gen = torch.Generator().manual_seed(0)
+    syn = make_synthetic(dim=128, n_atoms=256, k=3, n_train=15_000, n_heldout=3000, gen=gen)
+    m = estimate_metric(syn.train, 1e-4)
+    w = m.uncentered
+    got = {}
+    for tied in (False, True):
+        cfg = SAETrainConfig(architecture="jumprelu", d_sae=256, steps=1000, batch=512, lr=3e-3, target_l0=3.0,
+                             jumprelu_init_threshold=3.0, init_decoder="data", init_sparsity="data",
+                             resample_every=50, resample_below=1e-3, calib_tokens=4096, tied=tied)
+        sae = train_sae(syn.train, cfg, transform=w.transform())
+        fit = [r2(x, decode(sae, encode(sae, x)), m.mean, w) for x in (syn.train[:3000], syn.heldout)]
+        got[tied] = {"train": fit[0], "held": fit[1], "gap": fit[0] - fit[1]}
+    assert got[True]["gap"] < 0.5 * got[False]["gap"], got
+    assert got[True]["held"] > got[False]["held"] + 0.003, got
+
+
 def test_config_sizes_and_validation():
     quick = build_config(AtomsConfig, {"size": "quick"})
     assert quick.n_tokens == 16384 and quick.grid_d_mults == () and quick.synth_d_fracs == (1.0,)
