@@ -185,13 +185,14 @@ def _sample(model, prompts: list[str], cfg, max_new: int = 48, batch: int = 16) 
 
 def _sae_and_tops(model, site: Site, cfg, ctx):
     """The SAE (cached, or trained on the built-in corpus) and each latent's top-activating (token, context)."""
-    from interp.data import builtin_corpus, token_chunks
+    from interp.data import builtin_corpus, token_windows
     from interp.sae import SAETrainConfig, cached_sae, collect_activations, encode
     from interp.sae.source import load_sae as load_sae_spec
 
     seq_len = 64
     n_seqs = max(8, cfg.sae_tokens // seq_len)
-    chunks = token_chunks(model.tokenizer, builtin_corpus("train", 0), n_seqs, seq_len)
+    bos = model.info.bos_id  # Gemma's windows start with <bos>, as its texts do; skip_first drops that position
+    chunks = token_windows(model.tokenizer, builtin_corpus("train", 0), n_seqs, seq_len, bos)
     ids = torch.tensor(chunks)
 
     def batches():
@@ -209,8 +210,8 @@ def _sae_and_tops(model, site: Site, cfg, ctx):
     else:
         tcfg = SAETrainConfig(architecture="jumprelu", d_sae=4 * model.info.d_model, steps=cfg.sae.steps, batch=1024,
                               target_l0=16.0, seed=cfg.seed)
-        sae, _ = cached_sae(model, site, tcfg, data_fn=lambda: acts,
-                            data_key=f"builtin:train seed0 {n_seqs}x{seq_len} skip1")
+        key = f"builtin:train seed0 {n_seqs}x{seq_len} skip1" + ("" if bos is None else f" bos{bos}")
+        sae, _ = cached_sae(model, site, tcfg, data_fn=lambda: acts, data_key=key)
     codes = encode(sae, acts)  # (tok, d_sae)
     k = min(TOP_POSITIONS, codes.shape[0])
     top_v, top_i = codes.topk(k, dim=0)  # (k, d_sae)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from interp import weights_digest
+from interp import Site, weights_digest
 from interp.errors import ConfigError
 from probes.self_interp import SelfInterpConfig, sweep_layers
 from probes.self_interp.adapters import Adapter, n_params
@@ -411,3 +411,24 @@ def test_sae_scores_and_scaling(tmp_path):
     assert read_labels(str(f)) == {5: "dogs"}
     with pytest.raises(ConfigError, match="sae_labels_file"):
         read_labels(str(tmp_path / "missing.jsonl"))
+
+
+def test_sae_branch_windows_start_with_the_models_bos(tiny_model, tmp_path, monkeypatch):
+    """The SAE branch cuts its corpus windows as the model reads a text: Gemma's <bos> first (skipped by the
+    activation buffer), no BOS on SmolLM2; the cached SAE's data key tells the two apart."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from probes.self_interp.sae_branch import _sae_and_tops
+
+    monkeypatch.setenv("INTERP_CACHE", str(tmp_path))
+    cfg = SimpleNamespace(sae_tokens=1000, sae=SimpleNamespace(source="train", steps=5), seed=0, layer=1)
+    site = Site("resid_post", 1)
+    _, plain, _ = _sae_and_tops(tiny_model, site, cfg, None)
+    bos = tiny_model.tokenizer.bos_token_id
+    monkeypatch.setattr(tiny_model, "info", dataclasses.replace(tiny_model.info, bos_id=bos))
+    _, with_bos, _ = _sae_and_tops(tiny_model, site, cfg, None)
+    assert plain.shape == with_bos.shape == (15, 64)
+    assert (with_bos[:, 0] == bos).all() and not (plain[:, 0] == bos).any()
+    assert torch.equal(with_bos[0, 1:], plain[0, :-1])  # the same text, shifted by the BOS
+    assert len(list((tmp_path / "saes").iterdir())) == 2  # two data keys: the no-BOS SAE is not reused
