@@ -68,6 +68,7 @@ _LAZY = {
     "sae_metadata": "io",
     "sae_site": "io",
     "sae_state": "io",
+    "save_density": "io",
     "save_sae": "io",
     "cached_sae": "cache",
     "sae_cache_key": "cache",

@@ -12,13 +12,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from ..sites import Site
 from .calibrate import firing_density, set_density
 from .config import SAETrainConfig
-from .io import SPARSITY_FILE, load_sae, sae_metadata, save_sae
+from .io import load_sae, sae_metadata, save_density, save_sae
 from .kernel import InputTransform
 from .train import train_sae
 
@@ -90,20 +89,9 @@ def cached_sae(
 
 def _add_sparsity(path: Path, sae, acts: Tensor) -> None:
     """Write the firing densities on the training buffer `acts` (first calib_tokens tokens) into a cached SAE."""
-    from safetensors.torch import save_file
-
     cfg_n = int((sae.cfg.metadata.get("interp_training") or {}).get("config", {}).get("calib_tokens", 16384))
     set_density(sae, firing_density(sae, acts[:cfg_n].float()))
-    log10 = torch.log10(sae.interp_density + 1e-10).contiguous()
-    fd, tmp = tempfile.mkstemp(prefix=".sparsity.", suffix=".tmp", dir=path)
-    os.close(fd)
-    try:
-        save_file({"sparsity": log10}, tmp)
-        os.replace(tmp, path / SPARSITY_FILE)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
+    save_density(path, sae.interp_density)
 
 
 __all__ = ["CACHE_VERSION", "cache_dir", "cached_sae", "sae_cache_key"]

@@ -4,6 +4,8 @@ sae_weights.safetensors, sparsity.safetensors)."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -148,17 +150,32 @@ def save_sae(sae, path: str | Path, density: Tensor | None = None) -> Path:
     sparsity.safetensors when the firing densities are known (given, or attached by train_sae / load_sae):
     {"sparsity": log10(density + 1e-10)} of shape (d_sae,), the tensor SAELens's trainer writes and its
     loaders read."""
-    from safetensors.torch import save_file
-
     path = Path(path)
     sae.save_model(path)
     density = density if density is not None else getattr(sae, "interp_density", None)
     if density is not None:
         if density.shape != (sae.cfg.d_sae,):
             raise ValueError(f"save_sae: density of shape {tuple(density.shape)}, not ({sae.cfg.d_sae},)")
-        log10 = torch.log10(density.detach().float().cpu() + 1e-10).contiguous()  # (d_sae,)
-        save_file({"sparsity": log10}, str(path / SPARSITY_FILE))
+        save_density(path, density)
     return path
+
+
+def save_density(path: str | Path, density: Float[Tensor, " d_sae"]) -> Path:
+    """Write sparsity.safetensors ({"sparsity": log10(density + 1e-10)}) into the SAELens directory `path`, through
+    a temporary sibling renamed into place, so a reader never sees half a file."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    log10 = torch.log10(density.detach().float().cpu() + 1e-10).contiguous()  # (d_sae,)
+    fd, tmp = tempfile.mkstemp(prefix=".sparsity.", suffix=".tmp", dir=path)
+    os.close(fd)
+    try:
+        save_file({"sparsity": log10}, tmp)
+        os.replace(tmp, path / SPARSITY_FILE)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path / SPARSITY_FILE
 
 
 def load_density(path: str | Path) -> Tensor | None:
@@ -218,5 +235,6 @@ __all__ = [
     "sae_metadata",
     "sae_site",
     "sae_state",
+    "save_density",
     "save_sae",
 ]
