@@ -53,7 +53,7 @@ app: setup
 	$(VENV)/bin/interp app --out $(OUT)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check interp probes app tests bench
+	$(VENV)/bin/ruff check interp probes app tests bench docs sweeps
 
 clean-venv:
 	rm -rf $(VENV)
