@@ -9,13 +9,8 @@ stats = interp.capture(model, batches, {interp.Site("mlp_post", 3): [interp.AbsM
 
 from __future__ import annotations
 
-import os
 from importlib import import_module
 from typing import Any
-
-# Idle OpenMP threads sleep instead of spinning: with the cores shared by other processes, spinning
-# made every forward 3-10x slower in CPU time here. Read when torch loads, so set before any import of it.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __version__ = "0.1.0"
 
