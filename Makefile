@@ -41,8 +41,8 @@ demo: setup
 	$(VENV)/bin/interp demo --out $(OUT)
 
 # The suite runs servers, a browser, Ray workers and CLI subprocesses beside its own torch work: idle OpenMP threads
-# sleep instead of spinning (two 2-thread processes on 2 cores: 3x faster each). A single run, as `make accept` times
-# it, keeps libgomp's default: PASSIVE makes it 1.3-1.6x slower (self_interp's adapter training 62 s against 38 s).
+# sleep at once instead of spinning (two 2-thread processes on 2 cores: 1.2 s each against 2.9 s with interp's
+# GOMP_SPINCOUNT=20000 and 10.7 s with libgomp's default). A single run, as `make accept` times it, keeps the spin.
 test: setup
 	$(PYTEST_ENV) OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -q -p no:cacheprovider --durations=15 --ignore=tests/acceptance tests
 

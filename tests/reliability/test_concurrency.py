@@ -128,3 +128,18 @@ def test_a_sweep_and_the_dashboard_see_consistent_runs(tmp_path, tiny_model_dir,
     check(final, "after")
     record = json.loads((root / "sweeps" / "s" / "sweep.json").read_text())
     assert [p["status"] for p in record["points"]] == ["done"] * n
+
+
+@pytest.mark.parametrize(
+    ("env", "spin"),
+    [({}, "20000"), ({"OMP_WAIT_POLICY": "PASSIVE"}, None), ({"GOMP_SPINCOUNT": "7"}, "7")],
+)
+def test_import_caps_openmp_spinning_unless_the_user_chose(env, spin):
+    """`import interp` caps libgomp's idle spin (two processes sharing the cores ran ~4x faster each, a lone
+    one as fast); a wait policy or spin count the user set is left alone."""
+    import os
+
+    base = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    code = "import os, interp; print(os.environ.get('GOMP_SPINCOUNT'))"
+    out = subprocess.run([sys.executable, "-c", code], env=base | env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(spin)
