@@ -14,8 +14,10 @@ INTERLEAVED_ROTARY = frozenset({"gptj", "codegen"})
 """Rotary families that rotate adjacent dimensions (2i, 2i + 1) together (GPT-J's `rotate_every_two`); the others
 rotate dimension i with i + r/2 of the first r rotated dimensions (`rotate_half`)."""
 
-BRIDGE_HIDES_ROTARY = frozenset({"phi3", "gpt_neox", "gptj"})
-"""Rotary families whose bridge adapter rotates q/k inside the attention without firing hook_rot_q/k."""
+BRIDGE_HIDES_ROTARY = frozenset({"gptj"})
+"""Rotary families whose bridge adapter rotates q/k inside the attention without firing hook_rot_q/k: GPT-J's
+runs Hugging Face's attention, which rotates inside its forward. (GPT-NeoX, Phi-3 and the other fused-qkv families
+rotate in the bridge's own method, which `interp.models` makes fire the points.)"""
 
 NOT_GATED = frozenset({"gpt2", "gpt_neox", "gptj", "gpt_bigcode", "opt", "bloom", "falcon", "mpt", "codegen",
                        "phi", "stablelm_epoch"})

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import data, embedded, families
+from ._bridge import fire_rotary_hooks
 from .config import ModelLimits
 from .errors import ConfigError, ModelNotFound
 from .sites import Site
@@ -544,6 +545,7 @@ def load_model(
     plain = twin(hf)
     bridge = TransformerBridge.boot_transformers(path, hf_model=hf, tokenizer=tokenizer, device=dev, dtype=dt)
     bridge.eval()
+    fire_rotary_hooks(bridge)
     return Model(plain, tokenizer, info, dev, dt, bridge=bridge)
 
 

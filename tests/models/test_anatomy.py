@@ -86,6 +86,35 @@ def test_family_tables_match_the_hooks_that_fire(family, family_models):
         assert m.info.site_fallbacks is None
 
 
+ROTATED = [f for f in FAMILIES if f not in families.NO_ROTARY | families.BRIDGE_HIDES_ROTARY]
+
+
+@pytest.mark.parametrize("family", ROTATED)
+def test_rotated_keys_are_the_ones_hf_caches_and_an_edit_reaches_the_scores(family, family_models):
+    """attn_rot_k is what the attention keys with: at every layer it equals the keys Hugging Face's own forward
+    stores in its KV cache (GPT-NeoX and Phi-3 included, whose bridge fires the point only through
+    interp._bridge); and replacing it by zeros at layer 1 makes that layer's pattern uniform over the causal past."""
+    m = family_models(family)
+    ids = m.tokenize(TEXT)["input_ids"]
+    got: dict[int, list[torch.Tensor]] = {lay: [] for lay in range(m.info.n_layers)}
+    keep = [(Site("attn_rot_k", lay), got[lay].append) for lay in got]
+    with torch.no_grad():
+        with m.hooks(keep):
+            m(ids)
+        cache = m.hf(ids, use_cache=True).past_key_values
+    for lay in range(m.info.n_layers):
+        hf_keys = cache.layers[lay].keys.transpose(1, 2)  # (batch, pos, kv_head, d_head)
+        assert got[lay][0].shape == hf_keys.shape, (family, lay)
+        err = float((got[lay][0] - hf_keys).abs().max())
+        assert err <= 1e-5 * max(1.0, float(hf_keys.abs().max())), f"{family} layer {lay}: {err:.2e}"
+    pats = []
+    with torch.no_grad(), m.hooks([(Site("attn_rot_k", 1), torch.zeros_like), (Site("attn_pattern", 1), pats.append)]):
+        m(ids)
+    n = ids.shape[1]
+    uniform = torch.tril(torch.ones(n, n)) / torch.arange(1, n + 1)[:, None]
+    assert torch.allclose(pats[0][0].float(), uniform.expand_as(pats[0][0]), atol=1e-5), family
+
+
 def test_keystone_slices_of_a_fused_qkv_stay_apart(family_models):
     """Phi-3's q, k and v share one qkv_proj weight: zeroing or swapping a q neuron touches its row only, and a
     swap of q and k neurons in one edit list writes each its own source rows (not the last type's)."""
