@@ -26,7 +26,8 @@ class Reducer:
     name = "reducer"
 
     def update(self, x: Float[Tensor, "tok ..."], where: Tensor | None = None) -> None:
-        """x: the masked tokens' activations, flattened to (tok, *units); where: (tok, 2) of (seq, pos)."""
+        """x: the masked tokens' activations, flattened to (tok, *units); where: (tok, 2) of (seq, pos).
+        x may be a view of the model's activation: copy what you keep."""
         raise NotImplementedError
 
     def result(self) -> dict[str, Tensor]:
@@ -35,13 +36,15 @@ class Reducer:
 
 class _Sum(Reducer):
     transform = staticmethod(lambda x: x)
+    exact_in_input_dtype = True  # transform(x) is exact without float64 (identity, abs): sum with a float64 accumulator
 
     def __init__(self) -> None:
         self.total: Tensor | None = None
         self.n = 0
 
     def update(self, x, where=None):
-        s = self.transform(x.double()).sum(0)
+        # the same float64 sums as transform(x.double()).sum(0), without a float64 copy of the batch
+        s = self.transform(x if self.exact_in_input_dtype else x.double()).sum(0, dtype=torch.float64)
         self.total = s if self.total is None else self.total + s
         self.n += x.shape[0]
 
@@ -63,6 +66,7 @@ class AbsMean(_Sum):
 class MeanSquare(_Sum):
     name = "mean_square"
     transform = staticmethod(torch.square)
+    exact_in_input_dtype = False
 
 
 class Max(Reducer):
@@ -196,8 +200,7 @@ def capture(
     def make_hook(site: Site, reds: Sequence[Reducer]):
         def hook(act: Tensor) -> None:
             x = token_first(site, act)
-            m = state["mask"]
-            flat = x[m]  # (tok, *units)
+            flat = x.flatten(0, 1) if state["full"] else x[state["mask"]]  # (tok, *units)
             where = state["where"]
             for r in reds:
                 r.update(flat.detach(), where)
@@ -210,7 +213,7 @@ def capture(
     bar = tqdm(batches, desc="capture", disable=not progress, leave=False)
     with torch.no_grad(), model.hooks(pairs):
         for ids, am, mask, where in masked_batches(model, bar, skip_first):
-            state["mask"], state["where"] = mask, where
+            state["mask"], state["where"], state["full"] = mask, where, bool(mask.all())
             if last is None or last.kind == "logits":
                 model.forward(ids, am)
             else:

@@ -32,6 +32,20 @@ def test_reducers_match_reference(tiny_model):
         assert int(stats["n_tokens"]) == ref.shape[0]
 
 
+def test_unpadded_batches_reduce_every_token_exactly(tiny_model):
+    """Without padding or skipped positions capture reads the activation in place (no masked copy): the float64
+    sums equal the reference's bit for bit, and TopK's (seq, pos) still point at their values."""
+    ids = torch.randint(5, 200, (4, 9), generator=torch.Generator().manual_seed(0))
+    enc = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    for site in (Site("mlp_post", 1), Site("attn_pattern", 0)):
+        ref = reference(tiny_model, enc, site, skip_first=0)
+        stats = capture(tiny_model, [enc], {site: [Mean(), AbsMean(), TopK(1)]})[site]
+        assert torch.equal(stats["mean"], (ref.sum(0) / 36).float())
+        assert torch.equal(stats["abs_mean"], (ref.abs().sum(0) / 36).float())
+        seq, pos = stats["topk_where"][0].reshape(-1, 2)[0].tolist()
+        assert ref[seq * 9 + pos].reshape(-1)[0] == stats["topk_values"][0].reshape(-1)[0]
+
+
 def test_padding_and_position_zero_are_excluded(tiny_model):
     left = tiny_model.tokenize(TEXTS, padding_side="left")
     right = tiny_model.tokenize(TEXTS, padding_side="right")
