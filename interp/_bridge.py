@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 
-def fire_rotary_hooks(bridge: Any) -> int:
+def fire_rotary_hooks(bridge: Any) -> None:
     """Make `hook_rot_q` / `hook_rot_k` fire where the bridge rotates q and k without passing them through.
 
     TransformerLens 3.9's attention for fused-qkv rotary families (`JointQKVPositionEmbeddingsAttentionBridge`:
@@ -14,12 +14,11 @@ def fire_rotary_hooks(bridge: Any) -> int:
     `_apply_rotary_pos_emb` without calling them. On each such attention module that method is wrapped so that
     the rotated q and k ([batch, head, pos, d_head], the layout the points' conversion expects) go through the
     points right after rotation: a read sees, and an edit replaces, exactly the q/k the scores are computed from.
-    A subclass that rotates in a method of its own is left alone. Returns how many modules were wrapped."""
+    A subclass that rotates in a method of its own is left alone."""
     from transformer_lens.model_bridge.generalized_components.joint_qkv_position_embeddings_attention import (
         JointQKVPositionEmbeddingsAttentionBridge as JointQKV,
     )
 
-    n = 0
     for block in getattr(bridge, "blocks", []):
         attn = getattr(block, "attn", None)
         if not isinstance(attn, JointQKV) or not hasattr(attn, "hook_rot_k") or \
@@ -31,6 +30,3 @@ def fire_rotary_hooks(bridge: Any) -> int:
             return _attn.hook_rot_q(q), _attn.hook_rot_k(k)
 
         attn._apply_rotary_pos_emb = rotate_and_fire
-        n += 1
-    return n
-

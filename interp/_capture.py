@@ -35,16 +35,14 @@ class Reducer:
 
 
 class _Sum(Reducer):
-    transform = staticmethod(lambda x: x)
-    exact_in_input_dtype = True  # transform(x) is exact without float64 (identity, abs): sum with a float64 accumulator
+    transform = staticmethod(lambda x: x)  # exact in x's dtype, or casting to float64 itself (MeanSquare)
 
     def __init__(self) -> None:
         self.total: Tensor | None = None
         self.n = 0
 
     def update(self, x, where=None):
-        # the same float64 sums as transform(x.double()).sum(0), without a float64 copy of the batch
-        s = self.transform(x if self.exact_in_input_dtype else x.double()).sum(0, dtype=torch.float64)
+        s = self.transform(x).sum(0, dtype=torch.float64)  # a float64 accumulator, no float64 copy of the batch
         self.total = s if self.total is None else self.total + s
         self.n += x.shape[0]
 
@@ -65,8 +63,7 @@ class AbsMean(_Sum):
 
 class MeanSquare(_Sum):
     name = "mean_square"
-    transform = staticmethod(torch.square)
-    exact_in_input_dtype = False
+    transform = staticmethod(lambda x: x.double().square())
 
 
 class Max(Reducer):

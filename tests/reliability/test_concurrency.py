@@ -14,6 +14,7 @@ The directory is now filled under a hidden name and renamed into place with its 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -137,8 +138,6 @@ def test_a_sweep_and_the_dashboard_see_consistent_runs(tmp_path, tiny_model_dir,
 def test_import_caps_openmp_spinning_unless_the_user_chose(env, spin):
     """`import interp` caps libgomp's idle spin (two processes sharing the cores ran ~4x faster each, a lone
     one as fast); a wait policy or spin count the user set is left alone."""
-    import os
-
     base = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     code = "import os, interp; print(os.environ.get('GOMP_SPINCOUNT'))"
     out = subprocess.run([sys.executable, "-c", code], env=base | env, capture_output=True, text=True, check=True)
