@@ -16,6 +16,7 @@ means the same thing on every family:
 Neuron order follows the activation the bridge's hooks show: q/k/v neurons are (head, d_head) flattened,
 o and down neurons the input features of their projection, up/gate neurons the MLP's hidden units.
 """
+# host-module: index maps into weight matrices; a CUDA tensor takes host indices
 
 from __future__ import annotations
 

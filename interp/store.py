@@ -196,7 +196,7 @@ class RunWriter:
                 t = t.detach().cpu()
                 if str(t.dtype) in ("torch.bfloat16", "torch.float16"):
                     t = t.float()
-                t = t.numpy()
+                t = t.cpu().numpy()
             arrays[str(key)] = np.ascontiguousarray(t)
         filename = check_name(name) + ".safetensors"
         atomic_write(self.path / filename, lambda p: save_file(arrays, str(p), metadata=metadata))

@@ -109,7 +109,7 @@ def attention(model: Any, text: str, layers: Sequence[int] | int | None = None,
     for h in heads:
         if not isinstance(h, int) or not 0 <= h < n_heads:
             raise ConfigError("heads", h, f"head indices in 0..{n_heads - 1} for {info.name}")
-    pats = torch.stack([got[layer][h] for layer in layers for h in heads]).numpy()  # (layers*heads, q, k)
+    pats = torch.stack([got[layer][h] for layer in layers for h in heads]).cpu().numpy()  # (layers*heads, q, k)
     names = [f"L{layer}H{h}" for layer in layers for h in heads]
     tokens = model.to_str_tokens(enc["input_ids"][0])
     return attention_view(pats, tokens, names)

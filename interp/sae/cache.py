@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from ..sites import Site
@@ -55,24 +56,26 @@ def cached_sae(
     transform: InputTransform | None = None,
     metadata: Mapping[str, Any] | None = None,
     progress: bool = False,
-    device: str = "cpu",
+    device: str | torch.device = "cpu",
 ):
     """(sae, hit): the SAE for (model, site, cfg, data, transform) from the cache, trained on a miss.
 
     `data_key` names the training data (corpus hash, token counts, filters): it enters the key;
     `data_fn()` returns the buffer and is called only on a miss. Stored under
-    `cache_root()/saes/<key>` as a SAELens directory, written to a temporary sibling and renamed.
+    `cache_root()/saes/<key>` as a SAELens directory, written to a temporary sibling and renamed. The SAE is on
+    `device` either way: a miss trains there, a hit loads there.
     """
     key = sae_cache_key(model.info, site, cfg, data_key, transform)
     path = cache_dir(key)
     if (path / "cfg.json").is_file() and (path / "sae_weights.safetensors").is_file():
-        sae = load_sae(path, device=device)
+        sae = load_sae(path, device=str(device))
         if getattr(sae, "interp_density", None) is None:  # cached before SAEs carried their sparsity file
             _add_sparsity(path, sae, data_fn())
         return sae, True
     meta = dict(sae_metadata(model, site) if metadata is None else metadata)
     meta["interp_cache_key"] = key
-    sae = train_sae(data_fn(), cfg, metadata=meta, transform=transform, progress=progress)
+    sae = train_sae(data_fn(), cfg, metadata=meta, transform=transform, progress=progress,
+                    device=device)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:

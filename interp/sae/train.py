@@ -98,7 +98,7 @@ def batch_indices(n: int, batch: int, steps: int, gen: torch.Generator) -> Itera
             rest = perm[at:]
             perm = torch.randperm(n, generator=gen)
             take = batch - rest.shape[0]
-            yield torch.cat([rest, perm[:take]]) if n >= batch else perm[torch.arange(batch) % n]
+            yield torch.cat([rest, perm[:take]]) if n >= batch else perm[torch.arange(batch) % n]  # host: indices
             at = take if n >= batch else 0
             continue
         yield perm[at : at + batch]
@@ -209,6 +209,7 @@ def train_sae(
     progress: bool = False,
     *,
     fit: Fit | None = None,
+    device: str | torch.device | None = None,
 ):
     """Train an SAE on the buffer `acts` and return it as a SAELens inference SAE (eval mode).
 
@@ -216,7 +217,9 @@ def train_sae(
     transform folded in (it reads raw activations). Calibration (when on) uses the first
     `calib_tokens` of a seeded permutation of the buffer. The training summary is in
     `sae.cfg.metadata.interp_training`. `fit` replaces the toolkit's loop with another trainer
-    (`cfg.trainer` names it; bench.sae.train_saelens is SAELens's, the benchmark's baseline).
+    (`cfg.trainer` names it; bench.sae.train_saelens is SAELens's, the benchmark's baseline). `device`: where
+    the SAE trains and lives (default: the buffer's). Buffers live on the host, so an SAE that will read a
+    model's activations asks for the model's device here.
     """
     cfg.validate()
     if fit is None and cfg.trainer != "toolkit":
@@ -224,7 +227,7 @@ def train_sae(
                           "fit=bench.sae.train_saelens)")
     if acts.dim() != 2 or acts.shape[0] < 2:
         raise ValueError(f"train_sae: need a (tokens, d_in) buffer with >= 2 tokens, got {tuple(acts.shape)}")
-    acts = acts.float()
+    acts = acts.to(device=device, dtype=torch.float32)  # (tok, d_in), where the SAE trains
     if not torch.isfinite(acts).all():
         raise NumericError("train_sae: the activation buffer holds NaN or inf")
     x = transform.apply(acts) if transform is not None else acts

@@ -4,6 +4,7 @@
 (or the covariance, with centred vectors). W = S^(1/2) is the whitening: cos_S(u, v) is the
 Euclidean cosine of (uW, vW). Row-vector convention throughout; W is symmetric.
 """
+# host-module: atoms' activation buffers and metrics live on the host (collect_activations' default)
 
 from __future__ import annotations
 
@@ -119,10 +120,10 @@ def pair_angles(x: Float[Tensor, "n d"], i: np.ndarray, j: np.ndarray, metric: M
     u, v = x[ti].float(), x[tj].float()
     mu = metric.mean.float()
     return {
-        "euclid_deg": angles_deg(u, v).numpy(),
-        "aip_deg": angles_deg(metric.uncentered.whiten(u), metric.uncentered.whiten(v)).numpy(),
-        "aip_centered_deg": angles_deg(metric.centered.whiten(u), metric.centered.whiten(v)).numpy(),
-        "euclid_centered_deg": angles_deg(u - mu, v - mu).numpy(),
+        "euclid_deg": angles_deg(u, v).cpu().numpy(),
+        "aip_deg": angles_deg(metric.uncentered.whiten(u), metric.uncentered.whiten(v)).cpu().numpy(),
+        "aip_centered_deg": angles_deg(metric.centered.whiten(u), metric.centered.whiten(v)).cpu().numpy(),
+        "euclid_centered_deg": angles_deg(u - mu, v - mu).cpu().numpy(),
     }
 
 

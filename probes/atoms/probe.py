@@ -63,7 +63,7 @@ def run(cfg: AtomsConfig, ctx: RunContext) -> None:
             sp = split if s == site else split_sequences(buf, s, cfg.heldout_frac, ctx.rng, windows_held=split.windows)
             if s not in metrics_by_site:
                 metrics_by_site[s] = estimate_metric(buf.acts[s][sp.train], cfg.ridge)
-            frame, means = representation_shift(buf.acts[s][sp.held], buf.seq[s][sp.held].numpy(),
+            frame, means = representation_shift(buf.acts[s][sp.held], buf.seq[s][sp.held].cpu().numpy(),
                                                 metrics_by_site[s], cfg.n_pairs, ctx.rng)
             angle_rows.append(frame.assign(hook=s.tl_name))
             shift[s] = means
@@ -157,7 +157,7 @@ class Split:
 def split_sequences(buf: ActivationBuffer, site: Site, frac: float, rng: np.random.Generator,
                     windows_held: np.ndarray | None = None) -> Split:
     """Train/held-out token masks at `site`, held out by whole windows (the same windows for every site)."""
-    seq = buf.seq[site].numpy()
+    seq = buf.seq[site].cpu().numpy()
     if windows_held is None:
         uniq = np.unique(seq)
         n_held = max(1, int(round(frac * len(uniq))))
@@ -195,7 +195,7 @@ def save_metric(ctx: RunContext, metric: Metric, site: Site, cfg: AtomsConfig, b
     for s, m in by_site.items():
         for kind in ("uncentered", "centered"):
             w = m.get(kind)
-            e = w.eigvals.flip(0).numpy()  # descending
+            e = w.eigvals.flip(0).cpu().numpy()  # descending
             rows.append(pd.DataFrame({"hook": s.tl_name, "metric": kind, "rank": np.arange(len(e)),
                                       "eigval": e - w.ridge_lambda, "top_dim": _top_dims(w.moment, len(e))}))
     ctx.save_table("spectrum", pd.concat(rows, ignore_index=True))
@@ -228,17 +228,17 @@ def train_units(model, site: Site, train: Tensor, w, cfg: AtomsConfig, meta: dic
     def get(c: SAETrainConfig, transform, name: str):
         if cfg.sae.cache:
             s, hit = cached_sae(model, site, c, lambda: train, data_key, transform=transform,
-                                metadata={**meta, "interp_unit": name}, progress=ctx.progress)
+                                metadata={**meta, "interp_unit": name}, progress=ctx.progress, device="cpu")
             hits.append(hit)
             return s
         return train_sae(train, c, metadata={**meta, "interp_unit": name}, transform=transform,
-                         progress=ctx.progress)
+                         progress=ctx.progress, device="cpu")
 
     tsae = get(tcfg, w.transform(), "tsae")
     if cfg.sae.source == "train":
         sae = get(scfg, None, "sae")
     else:
-        sae = load_sae_spec(cfg.sae.source, field="sae.source")
+        sae = load_sae_spec(cfg.sae.source, device="cpu", field="sae.source")
         if sae_site(sae) != site:
             raise ConfigError("sae.source", cfg.sae.source, f"an SAE for {site.tl_name}, not {sae_site(sae).tl_name}")
         gen = torch.Generator().manual_seed(cfg.seed + 1)
@@ -273,8 +273,8 @@ def atom_pages(ctx: RunContext, model, cfg: AtomsConfig, tsae, codes: UnitCodes,
     freq = active.float().mean(0)
     max_act = a.amax(0)
     mean_act = a.sum(0) / active.sum(0).clamp_min(1)
-    ctx.save_table("tsae_latents", pd.DataFrame({"latent": np.arange(a.shape[1]), "freq": freq.numpy(),
-                                                 "mean_act": mean_act.numpy(), "max_act": max_act.numpy()}))
+    ctx.save_table("tsae_latents", pd.DataFrame({"latent": np.arange(a.shape[1]), "freq": freq.cpu().numpy(),
+                                                 "mean_act": mean_act.cpu().numpy(), "max_act": max_act.cpu().numpy()}))
     if cfg.top_latents == 0:
         return
     chosen = freq.topk(min(cfg.top_latents, int((freq > 0).sum()) or 1)).indices
@@ -294,7 +294,7 @@ def atom_pages(ctx: RunContext, model, cfg: AtomsConfig, tsae, codes: UnitCodes,
         nz = col[col > 0]
         if len(nz) > 2000:
             nz = nz[torch.as_tensor(np.sort(ctx.rng.permutation(len(nz))[:2000]))]
-        act_rows.append(pd.DataFrame({"latent": lat, "act": nz.numpy()}))
+        act_rows.append(pd.DataFrame({"latent": lat, "act": nz.cpu().numpy()}))
     ctx.save_table("tsae_top_contexts", pd.DataFrame(ctx_rows))
     ctx.save_table("tsae_acts", pd.concat(act_rows, ignore_index=True))
     # top +/- logits of the decoder rows (W_dec row x unembedding, no final norm: approximate)
@@ -341,7 +341,7 @@ def capacity_grid(train: Tensor, held: Tensor, metric: Metric, w, cfg: AtomsConf
                                   threshold_lr_scale=cfg.threshold_lr_scale, init_sparsity=cfg.init_sparsity,
                                   tied=cfg.tied, calib_tokens=min(cfg.l0_calib_tokens, n), seed=cfg.seed)
             t0 = time.perf_counter()
-            cell = train_sae(cell_train, gcfg, transform=transform)
+            cell = train_sae(cell_train, gcfg, transform=transform, device="cpu")
             uc = sae_codes("tsae", cell, held)
             st = evaluate_units(uc, held, fit_sub, _recon(cell, fit_sub), metric.mean, w, eval_idx,
                                 cfg.coherence_max_k, cfg.q_levels)
@@ -391,7 +391,7 @@ def synthetic_check(cfg: AtomsConfig, ctx: RunContext) -> tuple[pd.DataFrame, di
                                   resample_every=cfg.synth_resample_every, resample_below=1e-3,
                                   calib_tokens=min(cfg.l0_calib_tokens, n), seed=cfg.seed)
             t0 = time.perf_counter()
-            sae = train_sae(syn.train[:n], scfg, transform=w.transform())
+            sae = train_sae(syn.train[:n], scfg, transform=w.transform(), device="cpu")
             fit = syn.train[: min(n, n_held)]
             st = evaluate_units(sae_codes("tsae", sae, syn.heldout), syn.heldout, fit, _recon(sae, fit), metric.mean,
                                 w, eval_idx, cfg.coherence_max_k, cfg.q_levels)

@@ -147,8 +147,8 @@ def evaluate_units(
     sub_codes, sub_sup = uc.codes[eval_idx], sup[eval_idx]
     gram = aip_gram(uc.decoder, w)
     mu = local_coherence(sub_codes, sub_sup, gram, max_k=max_k)
-    K = sub_sup.sum(-1).numpy()
-    mu_np = mu.numpy()
+    K = sub_sup.sum(-1).cpu().numpy()
+    mu_np = mu.cpu().numpy()
     qs, curve = q_star(K, mu_np, levels)
     curve.insert(0, "unit", uc.name)
     row = {
@@ -164,5 +164,5 @@ def evaluate_units(
         "dead_frac": float((~sup.any(0)).float().mean()),
     }
     row.update(extra or {})
-    support = pd.DataFrame({"unit": uc.name, "sample_id": eval_idx.numpy(), "K": K, "mu": mu_np})
+    support = pd.DataFrame({"unit": uc.name, "sample_id": eval_idx.cpu().numpy(), "K": K, "mu": mu_np})
     return UnitStats(row, support, curve)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from interp.generate import kv_cache_kwargs
 from interp.sites import Site
 
 from .attention import Tokenised, forward_last, pad_left
@@ -86,8 +87,8 @@ def score_batch(model, items: list[Tokenised], cand_ids: list[list[list[int]]], 
         full_mask = torch.cat([mask[src], cmask], 1)
         pos = mask[src].sum(1, keepdim=True) + torch.arange(width, device=ids.device)[None]
         cache = _cache_from(model, keys, values, src)
-        logits = model.hf(input_ids=cont, attention_mask=full_mask, position_ids=pos, cache=cache,
-                          use_cache=True).logits.float().log_softmax(-1)
+        logits = model.hf(input_ids=cont, attention_mask=full_mask, position_ids=pos,
+                          **kv_cache_kwargs(model.hf, cache)).logits.float().log_softmax(-1)
         for i, (r, j) in enumerate(rows):
             toks = cand_ids[r][j]
             lp = sum(float(logits[i, t, toks[t + 1]]) for t in range(len(toks) - 1))

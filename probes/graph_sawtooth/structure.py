@@ -54,14 +54,14 @@ def binarize(x: Float[np.ndarray, "unit R R"], k: int, mode: str = "topk") -> Bo
     u, r, _ = x.shape
     flat = torch.as_tensor(np.ascontiguousarray(x), dtype=torch.float32).reshape(u, -1)
     lo, hi = flat.amin(1, keepdim=True), flat.amax(1, keepdim=True)
-    norm = (flat - lo) / torch.where(hi > lo, hi - lo, torch.ones_like(hi))
+    norm = (flat - lo) / torch.where(hi > lo, hi - lo, torch.ones_like(hi))  # host: NumPy in, NumPy out
     if mode == "threshold":
-        return (norm >= 0.1).reshape(u, r, r).numpy()
+        return (norm >= 0.1).reshape(u, r, r).cpu().numpy()
     k = int(min(max(k, 0), r * r))
     out = torch.zeros_like(flat, dtype=torch.bool)
     if k:
         out.scatter_(1, norm.topk(k, dim=1).indices, True)
-    return out.reshape(u, r, r).numpy()
+    return out.reshape(u, r, r).cpu().numpy()
 
 
 def closing(y: Bool[np.ndarray, "unit R R"]) -> Bool[np.ndarray, "unit R R"]:
@@ -69,7 +69,7 @@ def closing(y: Bool[np.ndarray, "unit R R"]) -> Bool[np.ndarray, "unit R R"]:
     t = torch.as_tensor(y).float()[:, None]  # (unit, 1, R, R)
     dil = F.max_pool2d(F.pad(t, (1, 1, 1, 1), value=0.0), 3, stride=1)
     ero = 1 - F.max_pool2d(F.pad(1 - dil, (1, 1, 1, 1), value=1.0), 3, stride=1)  # outside = 0
-    return (ero[:, 0] > 0.5).numpy()
+    return (ero[:, 0] > 0.5).cpu().numpy()
 
 
 def processed_map(x: Float[np.ndarray, "unit R R"], k: int, mode: str = "topk") -> Bool[np.ndarray, "unit R R"]:

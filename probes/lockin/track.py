@@ -44,13 +44,13 @@ def update_subspace(U: Float[Tensor, "w P"], energy_frac: float) -> tuple[np.nda
     ev, A = ev.flip(0).clamp_min(0), A.flip(1)
     s = ev.sqrt()
     if float(ev.sum()) <= 0:
-        return s.numpy(), None
+        return s.cpu().numpy(), None
     cum = ev.cumsum(0) / ev.sum()
     r = int((cum < energy_frac - 1e-12).sum()) + 1
     r = min(r, int((s > s[0] * 1e-7).sum()))
     V = U.T @ (A[:, :r] / s[:r]).to(U.dtype)  # (P, r) left singular vectors
     V = torch.linalg.qr(V)[0]
-    return s.numpy(), V
+    return s.cpu().numpy(), V
 
 
 def erank_pr(s: np.ndarray) -> tuple[float, float]:
@@ -66,7 +66,7 @@ def overlap_angles(A: Tensor, B: Tensor) -> tuple[float, float, np.ndarray]:
     """overlap = ||A^T B||_F^2 / min(r_A, r_B), the largest principal angle (deg), and all cosines."""
     cos = torch.linalg.svdvals((A.T @ B).double()).clamp(0, 1)
     ov = float((cos**2).sum()) / min(A.shape[1], B.shape[1])
-    return ov, float(np.degrees(np.arccos(float(cos.min())))), cos.numpy()
+    return ov, float(np.degrees(np.arccos(float(cos.min())))), cos.cpu().numpy()
 
 
 @dataclass

@@ -138,7 +138,7 @@ class AdamStepper:
             self.A, self.B = [], []
             for _, (rows, cols) in zip(problem.sl.names, problem.sl.shapes):
                 bound = 1 / math.sqrt(cols)
-                a = (torch.rand(spec.lora_rank, cols, generator=gen) * 2 - 1) * bound
+                a = (torch.rand(spec.lora_rank, cols, generator=gen) * 2 - 1) * bound  # host: CPU generator; .to below
                 self.A.append(torch.nn.Parameter(a.to(theta0)))
                 self.B.append(torch.nn.Parameter(theta0.new_zeros(rows, spec.lora_rank)))
             params = self.A + self.B

@@ -182,7 +182,7 @@ def baselines_and_attribution(model, enc: Encoded, cfg: PatchingConfig, layers: 
         corrupt_m[idx] = metric_values(grad.logits[:, -1], ans, wrong, cfg.metric).cpu()
         clean_acts[length] = {s: v.float().cpu() for s, v in cache.items()}
         corrupt_acts[length] = {s: v.float().cpu() for s, v in grad.acts.items()}
-        cols = torch.arange(length) + enc.n_cols - length
+        cols = torch.arange(length) + enc.n_cols - length  # host: indices into host grids
         for li, layer in enumerate(layers):
             for name in raw:
                 kind = "attn_z" if name.startswith("z") else name
@@ -325,8 +325,8 @@ def agreement(act: dict[str, Tensor], attr: dict[str, Tensor], differs: dict[str
     cells whose activations differ for some pair, and the overlap of their top-k cells by |effect|."""
     rows = []
     for name in act:
-        a, b = mean_grid(act[name]).flatten().numpy(), mean_grid(attr[name]).flatten().numpy()
-        d = differs[name].any(0).flatten().numpy()
+        a, b = mean_grid(act[name]).flatten().cpu().numpy(), mean_grid(attr[name]).flatten().cpu().numpy()
+        d = differs[name].any(0).flatten().cpu().numpy()
         ok = np.isfinite(a) & np.isfinite(b)
         kk = min(k, int(ok.sum()))
         ia = set(np.argsort(-np.abs(np.where(ok, a, 0)))[:kk].tolist())

@@ -88,7 +88,7 @@ def scan_texts(model, sae, site: Site, enc: dict[str, Tensor], batch_size: int, 
         maxes.append(masked_max(codes, valid).cpu())
         nz = (codes > 0).nonzero()  # (k, 3): row, pos, feature
         parts.append((nz[:, 0].cpu() + i, nz[:, 1].cpu(), nz[:, 2].cpu(), codes[nz[:, 0], nz[:, 1], nz[:, 2]].cpu()))
-    cat = [torch.cat([p[j] for p in parts]).numpy() for j in range(4)]
+    cat = [torch.cat([p[j] for p in parts]).cpu().numpy() for j in range(4)]
     codes = SparseCodes(cat[0].astype(np.int32), cat[1].astype(np.int16), cat[2].astype(np.int32),
                         cat[3].astype(np.float32))
     return Scan(torch.cat(maxes), codes, ids_all.cpu(), valid_positions(am_all).cpu())

@@ -60,14 +60,14 @@ def run(cfg: SaeFalsificationConfig, ctx: RunContext) -> None:
         scan = scan_texts(model, sae, site, model.tokenize([s.text for s in det_samples], padding_side="right",
                                                            max_length=cfg.seq_len), cfg.batch_size, ctx.tqdm)
         labels = np.array([s.label == "reasoning" for s in det_samples], dtype=int)
-        maxes = scan.sample_max.numpy()
+        maxes = scan.sample_max.cpu().numpy()
         ctx.check_finite("per-sample SAE maxima", maxes)
         ctx.save_tensors("sample_max", {"reasoning": torch.from_numpy(maxes[labels == 1]).half(),
                                         "nonreasoning": torch.from_numpy(maxes[labels == 0]).half()},
                          metadata={"hook": site.tl_name, "d_sae": str(sae.cfg.d_sae)})
         det = detect(maxes[labels == 1], maxes[labels == 0], cfg.min_auc, cfg.max_p_bonf, cfg.min_d, cfg.ranking)
         candidates, unfiltered = pick_candidates(det, cfg.top_k_features)
-        ids, valid = scan.ids.numpy(), scan.valid.numpy()
+        ids, valid = scan.ids.cpu().numpy(), scan.valid.cpu().numpy()
         tokens, tok_frame = analyse_tokens(scan.codes, ids, valid, candidates, model.info.d_vocab, cfg.n_top_tokens,
                                            cfg.min_token_count)
         decode = decoder(model)
@@ -246,7 +246,7 @@ def family_frame(maxes: np.ndarray, det_samples: list[Sample], features: list[in
 def injection_study(cfg, ctx: RunContext, model, sae, site, samples, scan, labels, det, tokens, candidates, analysed):
     """Every strategy on every analysed feature, real and control arms, against the same base texts."""
     tok = model.tokenizer
-    ids, valid = scan.ids.numpy(), scan.valid.numpy()
+    ids, valid = scan.ids.cpu().numpy(), scan.valid.cpu().numpy()
     decode = decoder(model)
     counts = token_counts(ids, valid, model.info.d_vocab)
     counts_r = token_counts(ids[labels == 1], valid[labels == 1], model.info.d_vocab)
@@ -277,7 +277,7 @@ def injection_study(cfg, ctx: RunContext, model, sae, site, samples, scan, label
     bases = encode_ids(model, [s.text for s in samples if s.split == "injection"], cfg.seq_len)
     base_ids, base_mask = pad(bases, pad_token_id(tok))
     base_max = scan_texts(model, sae, site, {"input_ids": base_ids, "attention_mask": base_mask},
-                          cfg.batch_size).sample_max.numpy()
+                          cfg.batch_size).sample_max.cpu().numpy()
     word_start = word_start_fn(tok)
     comma = tok.encode(",", add_special_tokens=False)[-1]
     alt = "top" if cfg.injection_payload == "reference" else "reference"

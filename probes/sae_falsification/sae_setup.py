@@ -53,11 +53,12 @@ def obtain_sae(model, cfg, train_seqs: Sequence[Sequence[int]], data_key: str, p
         acts = lambda: training_activations(model, site, train_seqs, cfg.sae.train_tokens, cfg.batch_size,  # noqa: E731
                                             progress)
         if cfg.sae.cache:
-            sae, hit = cached_sae(model, site, tcfg, acts, data_key, metadata=meta, progress=progress)
+            sae, hit = cached_sae(model, site, tcfg, acts, data_key, metadata=meta, progress=progress,
+                                  device=model.device)
         else:
-            sae, hit = train_sae(acts(), tcfg, metadata=meta, progress=progress), False
+            sae, hit = train_sae(acts(), tcfg, metadata=meta, progress=progress, device=model.device), False
         return sae, sae_site(sae), {"sae_source": "train", "sae_from_cache": hit, "sae_train_steps": steps}
-    sae = load_external(cfg.sae.source)
+    sae = load_external(cfg.sae.source, model.device)
     try:
         site = sae_site(sae)
     except ValueError as e:
@@ -77,12 +78,12 @@ def auxk(cfg) -> dict:
             "aux_dead_tokens": cfg.sae_aux_dead_tokens}
 
 
-def load_external(spec: str):
+def load_external(spec: str, device):
     """The SAE `spec` names, through `interp.load_sae`: a SAELens directory, a run directory holding an SAE (e.g.
-    atoms'), or `saelens:<release>/<sae_id>` (INTERP_ONLINE=1 only)."""
+    atoms'), or `saelens:<release>/<sae_id>` (INTERP_ONLINE=1 only), on `device` (the model's)."""
     from interp.sae.source import load_sae as load_spec
 
-    return load_spec(spec, field="sae.source")
+    return load_spec(spec, device=str(device), field="sae.source")
 
 
 def data_key(model, cfg, train_texts_sha: str) -> str:

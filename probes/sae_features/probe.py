@@ -8,6 +8,7 @@ by random keys). Each kept context stores the feature's value at every token of 
 highlights tokens. Position 0 (a massive activation on SmolLM2) is never counted, kept or highlighted.
 The logit effect is W_dec @ W_U (no final norm, as in SAE dashboards), in chunks of latents.
 """
+# host-module: the dashboard's SAE and statistics live on the host; site_codes moves each batch there
 
 from __future__ import annotations
 
@@ -92,10 +93,10 @@ def obtain_sae(model, cfg: SaeFeaturesConfig, ids: Tensor, ctx: RunContext):
 
     if cfg.sae.cache:
         key = f"sae_features {cfg.data} seed{cfg.seed} {ids.shape[0]}x{cfg.seq_len} skip1 n{cfg.sae.train_tokens}"
-        sae, hit = cached_sae(model, site, tcfg, acts, key, metadata=meta, progress=ctx.progress)
+        sae, hit = cached_sae(model, site, tcfg, acts, key, metadata=meta, progress=ctx.progress, device="cpu")
         ctx.log_metrics(sae_from_cache=hit)
     else:
-        sae = train(acts(), tcfg, metadata=meta, progress=ctx.progress)
+        sae = train(acts(), tcfg, metadata=meta, progress=ctx.progress, device="cpu")
     return sae, site, "train"
 
 
@@ -260,9 +261,9 @@ def tables(model, stats: dict, logits: dict, cfg: SaeFeaturesConfig) -> tuple[pd
     top_token, top_share = [""] * F, [0.0] * F
     kinds = [("top", stats["top"])] + [(f"interval_{q}", s) for q, s in enumerate(stats["samples"])]
     for kind, st in kinds:
-        ok = (st["key"] > -float("inf")).numpy()  # (k, F)
-        act, seq, pos = st["act"].numpy(), st["seq"].numpy(), st["pos"].numpy()
-        all_toks, all_vals = st["toks"].numpy(), st["vals"].numpy()  # (k, F, W)
+        ok = (st["key"] > -float("inf")).cpu().numpy()  # (k, F)
+        act, seq, pos = st["act"].cpu().numpy(), st["seq"].cpu().numpy(), st["pos"].cpu().numpy()
+        all_toks, all_vals = st["toks"].cpu().numpy(), st["vals"].cpu().numpy()  # (k, F, W)
         for r, f in zip(*ok.nonzero()):
             toks = all_toks[r, f]
             keep = toks >= 0
@@ -279,13 +280,13 @@ def tables(model, stats: dict, logits: dict, cfg: SaeFeaturesConfig) -> tuple[pd
             centers = top["toks"][:, f, left][ok].tolist()
             t, c = Counter(centers).most_common(1)[0]
             top_token[f], top_share[f] = tok(int(t)), c / int(ok.sum())
-    fired = stats["fired"].numpy()
+    fired = stats["fired"].cpu().numpy()
     features = pd.DataFrame({
         "feature": np.arange(F),
         "density": fired / n,
         "n_fired": fired,
-        "max_act": stats["max"].numpy(),
-        "mean_act": (stats["sum"] / stats["fired"].clamp_min(1)).float().numpy(),
+        "max_act": stats["max"].cpu().numpy(),
+        "mean_act": (stats["sum"] / stats["fired"].clamp_min(1)).float().cpu().numpy(),
         "top_token": top_token,
         "top_token_share": top_share,
         "pos_tokens": [[tok(int(i)) for i in row] for row in logits["pos_ids"]],

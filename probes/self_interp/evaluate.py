@@ -67,7 +67,7 @@ class Retriever:
         if self.scorer == "embedding":
             from interp.embedder import embed_texts
 
-            self._emb = embed_texts(self.strings, device=device).numpy()
+            self._emb = embed_texts(self.strings, device=device).cpu().numpy()
         elif self.scorer == "lexical":
             from sklearn.feature_extraction.text import TfidfVectorizer
 
@@ -95,7 +95,7 @@ class Retriever:
         if self.scorer == "embedding":
             from interp.embedder import embed_texts
 
-            return embed_texts(labels, device=self.device).numpy() @ self._emb.T
+            return embed_texts(labels, device=self.device).cpu().numpy() @ self._emb.T
         sims = (self._tfidf.transform(labels) @ self._mat.T).toarray()
         overlap = np.array([[len(set(normalise(lab).split()) & w) for w in self._words] for lab in labels])
         return sims + 1e-3 * overlap
@@ -127,7 +127,8 @@ def topk_indices(scores: np.ndarray, k: int) -> np.ndarray:
     """(n, min(k, n_topics)) topic ids of `torch.topk(scores, k)`: torch's order, ties included."""
     import torch
 
-    return torch.topk(torch.from_numpy(np.ascontiguousarray(scores)), k=min(k, scores.shape[1]), dim=1).indices.numpy()
+    top = torch.topk(torch.from_numpy(np.ascontiguousarray(scores)), k=min(k, scores.shape[1]), dim=1)
+    return top.indices.cpu().numpy()
 
 
 def topk_hits(scores: np.ndarray, truth: Sequence[int],

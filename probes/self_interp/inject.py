@@ -25,6 +25,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp.errors import ConfigError
+from interp.generate import kv_cache_kwargs
 
 PLACEHOLDERS = (
     "<|reserved_special_token_0|>",  # Llama 3
@@ -211,7 +212,10 @@ class PrefixCache:
         self.len = tmpl.prefix_len
         ids = torch.tensor([tmpl.ids[: self.len]], device=model.device)
         with torch.no_grad():
-            self.cache = model.hf(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True).cache
+            out = model.hf(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True)
+        # transformers >= 5.24 names the returned KV cache `cache`; older 5.x releases `past_key_values`
+        cache = getattr(out, "cache", None)
+        self.cache = out.past_key_values if cache is None else cache
 
     def expand(self, batch: int):
         """A fresh copy of the cache repeated over `batch` rows (the stored one stays unchanged)."""
@@ -238,8 +242,8 @@ def _forward(model, tmpl: Template, ids: Tensor, mask: Tensor, soft: Tensor, pc:
     emb = inject(model, ids[:, p:], soft, [q - p for q in tmpl.positions])
     b, s = ids.shape[0], ids.shape[1] - p
     pos = torch.arange(p, p + s, device=ids.device)[None].expand(b, -1)
-    out = model.hf(inputs_embeds=emb, attention_mask=mask, cache=pc.expand(b), position_ids=pos,
-                   use_cache=True, logits_to_keep=logits_to_keep)
+    out = model.hf(inputs_embeds=emb, attention_mask=mask, position_ids=pos, logits_to_keep=logits_to_keep,
+                   **kv_cache_kwargs(model.hf, pc.expand(b)))
     return out.logits
 
 
@@ -295,7 +299,7 @@ def _generate_cached(model, tmpl: Template, ids: Tensor, soft: Tensor, pc: Prefi
     emb_full = torch.zeros(b, ids.shape[1], soft.shape[1], dtype=model.dtype, device=ids.device)
     emb_full[:, p:] = inject(model, ids[:, p:], soft, [q - p for q in tmpl.positions])
     gen = model.hf.generate(input_ids=ids, inputs_embeds=emb_full, attention_mask=torch.ones_like(ids),
-                            cache=pc.expand(b), generation_config=gc)
+                            generation_config=gc, **kv_cache_kwargs(model.hf, pc.expand(b)))
     return gen[:, ids.shape[1]:] if gen.shape[1] > gc.max_new_tokens else gen
 
 

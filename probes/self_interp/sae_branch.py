@@ -211,7 +211,7 @@ def _sae_and_tops(model, site: Site, cfg, ctx):
         tcfg = SAETrainConfig(architecture="jumprelu", d_sae=4 * model.info.d_model, steps=cfg.sae.steps, batch=1024,
                               target_l0=16.0, seed=cfg.seed)
         key = f"builtin:train seed0 {n_seqs}x{seq_len} skip1" + ("" if bos is None else f" bos{bos}")
-        sae, _ = cached_sae(model, site, tcfg, data_fn=lambda: acts, data_key=key)
+        sae, _ = cached_sae(model, site, tcfg, data_fn=lambda: acts, data_key=key, device="cpu")
     codes = encode(sae, acts)  # (tok, d_sae)
     k = min(TOP_POSITIONS, codes.shape[0])
     top_v, top_i = codes.topk(k, dim=0)  # (k, d_sae)
