@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import inspect
 import json
+import re
 import types
 import typing
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from .errors import ConfigError
 
 SIZES = ("micro", "quick", "default")
+_DEVICE = re.compile(r"^(auto|cpu|cuda(:[0-9]+)?)$")
 
 
 @dataclass(frozen=True, eq=False)  # identity equality: typing caches Annotated[...] by its metadata's equality, and
@@ -181,8 +183,8 @@ class ProbeConfig:
             value = self.field_value(name)
             for v in value if isinstance(value, tuple) else (value,):
                 _layer_at(name, v, 10**9)  # the syntax of "@0.3" forms
-        if self.device != "auto" and self.device != "cpu" and not self.device.startswith("cuda"):
-            raise ConfigError("device", self.device, 'one of "auto", "cpu", "cuda", "cuda:N"')
+        if not _DEVICE.match(self.device):
+            raise ConfigError("device", self.device, 'one of "auto", "cpu", "cuda", "cuda:N" (N a GPU index)')
         if self.dtype not in (None, "float32", "bfloat16", "float16"):
             raise ConfigError("dtype", self.dtype, 'None, "float32", "bfloat16" or "float16"')
         if self.remote and self.backend != "nnsight":

@@ -15,6 +15,8 @@ from .errors import NumericError
 from .store import RunWriter
 
 _MODELS: dict[tuple, Any] = {}
+MODEL_LOAD = "model load"
+"""The stage (`RunContext.stage`) of loading the model."""
 log = logging.getLogger("interp")
 
 
@@ -42,6 +44,9 @@ class RunContext:
         self.rng = np.random.default_rng(cfg.seed)
         self.torch_rng = torch.Generator().manual_seed(cfg.seed)
         self.log = log.getChild(writer.manifest["probe"])
+        self.stage: str | None = None
+        """The stage running now, as `timed`, `tqdm(desc=...)` and the model's loading name it; a failure leaves it
+        at the stage it happened in (the run's out-of-memory message names it). None outside every named stage."""
         self._t0 = time.perf_counter()
         if model is not None:
             self._record_model(model)
@@ -53,7 +58,9 @@ class RunContext:
     @property
     def model(self):
         if self._model is None:
+            outer, self.stage = self.stage, MODEL_LOAD
             self._model = cached_model(self.cfg)
+            self.stage = outer
             self._record_model(self._model)
         return self._model
 
@@ -74,9 +81,19 @@ class RunContext:
         return torch.Generator(device=device or "cpu").manual_seed(self.cfg.seed * 1_000_003 + offset)
 
     def tqdm(self, it: Iterable, **kw):
+        """A progress bar over `it`; its `desc` names the stage (`self.stage`) until the loop ends."""
         from tqdm.auto import tqdm
 
+        if kw.get("desc"):
+            if hasattr(it, "__len__"):
+                kw.setdefault("total", len(it))
+            outer, self.stage = self.stage, kw["desc"]
+            it = self._staged(it, outer)
         return tqdm(it, disable=not self.progress, leave=False, **kw)
+
+    def _staged(self, it: Iterable, outer: str | None) -> Iterator[Any]:
+        yield from it
+        self.stage = outer  # only when the loop ran to its end: a failure leaves its own stage
 
     # -- artifacts ------------------------------------------------------------------
     def save_tensors(self, name: str, tensors: Mapping[str, Any], metadata: dict[str, str] | None = None):
@@ -104,10 +121,13 @@ class RunContext:
     @contextlib.contextmanager
     def timed(self, stage: str) -> Iterator[None]:
         """Time the enclosed stage: `seconds_<stage>` (wall clock) and `cpu_seconds_<stage>` (CPU seconds of this
-        process, robust to other jobs on the machine) in the manifest's timings, also when the stage raises."""
+        process, robust to other jobs on the machine) in the manifest's timings, also when the stage raises; it is
+        `self.stage` meanwhile."""
         t0, c0 = time.perf_counter(), time.process_time()
+        outer, self.stage = self.stage, stage
         try:
             yield
+            self.stage = outer  # a failure leaves the stage it happened in
         finally:
             self.log_timings(**{f"seconds_{stage}": round(time.perf_counter() - t0, 3),
                                 f"cpu_seconds_{stage}": round(time.process_time() - c0, 3)})

@@ -25,5 +25,9 @@ class NumericError(InterpError, FloatingPointError):
     """NaN or inf where a probe needs finite numbers."""
 
 
+class OutOfMemory(InterpError, MemoryError):
+    """A model or a stage of a run needs more memory than its device has free; the message says what to lower."""
+
+
 class DataWarning(UserWarning):
     """User data was usable but not exactly as given (documents dropped, rows repeated); the CLI prints one line."""
