@@ -171,10 +171,66 @@ def edit_weights(model, edits: Sequence[WeightEdit], values: dict[str, Tensor] |
                 p.index_copy_(dim, idx, orig)
 
 
-def weights_digest(model) -> str:
-    """sha256 over every parameter's bytes (name order): proves edits were restored."""
+#: The integer dtype of each element size: a parameter's raw bits, viewed without a copy.
+_RAW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+#: Elements per step of the on-device checksum (bounds its int64 temporaries to 128 MiB each).
+_CHUNK = 1 << 24
+#: An odd 64-bit multiplier (from the golden ratio): element i is weighted by (2i + 1) * _GOLD mod 2^64, odd.
+_GOLD = 0x1E3779B97F4A7C15
+
+
+def _int64(v: int) -> int:
+    """v mod 2^64 as a signed int64 (what a wrapping int64 product gives)."""
+    v &= (1 << 64) - 1
+    return v - (1 << 64) if v >> 63 else v
+
+
+def _raw(p: Tensor) -> Tensor:
+    """The tensor's raw bits as a flat integer tensor of the same element size (no copy when contiguous)."""
+    x = p.detach()
+    if not x.is_contiguous():
+        x = x.contiguous()
+    return x.reshape(-1).view(_RAW[x.element_size()])
+
+
+def _device_checksum(p: Tensor) -> Tensor:
+    """int64 [Σ x_i, Σ x_i (2i+1) G] over the raw integer bits x of `p`, sums that wrap, on p's own device.
+
+    A flipped bit changes one x_i by ±2^b (b < 64; the sign bit of a sign-extended int16/int32 by ±2^15/±2^31),
+    so it changes the first sum by a nonzero amount mod 2^64; the odd position weights of the second make it see
+    order too (two swapped elements)."""
+    x = _raw(p)
+    w = (torch.arange(min(x.numel(), _CHUNK), dtype=torch.int64, device=x.device) * 2 + 1) * _GOLD
+    s = torch.zeros(2, dtype=torch.int64, device=x.device)
+    for k in range(0, x.numel(), _CHUNK):
+        c = x[k : k + _CHUNK]
+        cs = c.sum(dtype=torch.int64)
+        s[0] += cs
+        s[1] += (c * w[: c.numel()]).sum() + cs * _int64(2 * k * _GOLD)  # this chunk's weights (2(k+i)+1) G
+    return s
+
+
+def weights_digest(model, on_device: bool | None = None) -> str:
+    """A digest of every parameter's raw bits (name order), to prove that edits were restored exactly.
+
+    It is compared before and after within one process, on the same devices (`RunContext.weights_unchanged`):
+    not an identifier that is stable across machines or versions. A parameter in host memory is hashed with
+    xxh3-128 over a zero-copy view of its bytes; one on an accelerator gets `_device_checksum` (two wrapping
+    int64 sums that any single flipped bit changes), computed where it lives, so 16 bytes per parameter reach
+    the host and no weight does. `on_device=True` takes the checksum path for host tensors too (tests of it).
+    """
+    try:
+        import xxhash
+    except ImportError:  # pragma: no cover - a declared dependency; the checksum needs only torch
+        xxhash = None
     h = hashlib.sha256()
+    sums: dict[torch.device, list[Tensor]] = {}
     for name, p in sorted(model.hf.named_parameters(), key=lambda kv: kv[0]):
-        h.update(name.encode())
-        h.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        h.update(f"{name}:{p.dtype}:{tuple(p.shape)}:{p.device};".encode())
+        if p.device.type == "cpu" and not on_device and xxhash is not None:
+            h.update(xxhash.xxh3_128(_raw(p).cpu().numpy()).digest())
+        else:
+            sums.setdefault(p.device, []).append(_device_checksum(p))
+    for dev in sorted(sums, key=str):  # one small copy per device, after every checksum was queued
+        h.update(str(dev).encode() + torch.stack(sums[dev]).cpu().numpy().tobytes())
     return h.hexdigest()

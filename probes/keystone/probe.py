@@ -1,9 +1,10 @@
 """Keystone neurons: a tiny cross-task set whose removal collapses the model.
 
 Method: ../shared/methods/keystone.md (paper arXiv 2605.24846). One teacher-forced pass replaces
-the paper's per-step regeneration (`record.record_teacher_forced`, checked against the per-step loop
-on every run); beyond the paper, Step 6 measures how much of the collapse runs through the
-position-0 massive activation and the attention sink.
+the paper's per-step regeneration (`record.record_teacher_forced`, checked on every run against the
+per-step regeneration padded to the one pass's shape, exact in any dtype: see `record`); beyond the
+paper, Step 6 measures how much of the collapse runs through the position-0 massive activation and the
+attention sink.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ def run(cfg: KeystoneConfig, ctx: RunContext) -> None:
     ctx.save_tensors("mean_abs_act", {f"g{g}/{pid}/{t}": v for (g, pid), m in means.items() for t, v in m.items()},
                      metadata=recording_metadata(model, types, gens, cfg))
     ctx.save_table("tf_check", check.frame)
+    ctx.writer.set("tf_check", check.summary())  # which regeneration the check compared with
     kv = kv_ranking(model.info, types, cfg.kv_width)
     set_tf = select_prompt(check.tf.means(), cfg.top_p, cfg.selection_mode, kv)
     set_step = select_prompt(check.step.means(), cfg.top_p, cfg.selection_mode, kv)

@@ -17,6 +17,7 @@ def test_recording_is_exact_and_weights_are_restored(quick):
     assert m["lm_weights_unchanged"], "the weights hash differs after the ablation conditions"
     assert m["teacher_forced_max_rel_err"] <= 1e-4, f"{m['teacher_forced_max_rel_err']:.2e}"
     assert m["tf_keystone_sets_identical"]
+    assert quick.manifest["tf_check"]["reference"] == "per_step_padded"  # the regeneration at the one pass's shape
     assert "teacher_forced_speedup" in quick.timings and "teacher_forced_speedup" not in m
     for name in ("pos0_norm_base", "pos0_norm_ablated", "sink_mass_base", "sink_mass_ablated",
                  "massive_writer_units", "ppl_keystone_minus_massive", "ppl_massive_only"):
