@@ -34,7 +34,7 @@ def backend_capture(model, smoke: bool = False) -> list[Row]:
     def on(m):
         return lambda: capture(m, batches, {s: [AbsMean()] for s in sites})
 
-    t = interleaved({"bare": bare, "tl": on(model), "nnsight": on(nn)}, repeats=1 if smoke else 5)
+    t = interleaved({"bare": bare, "tl": on(model), "nnsight": on(nn)}, repeats=1 if smoke else 5, device=model)
     rows = []
     for name in ("tl", "nnsight"):
         ratio = t[name] / t["bare"]

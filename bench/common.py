@@ -1,4 +1,8 @@
-"""Shared bits of the benchmarks: timing by interleaved repeats, a result row, the tiny model."""
+"""Shared bits of the benchmarks: timing by interleaved repeats, a result row, the tiny model.
+
+Every timer here synchronises the device it is given (a model, a tensor, a torch.device or its name) before it
+starts and before it stops: CUDA kernels run asynchronously, so an unsynchronised timer measures the launches,
+not the work. On the CPU the sync is a no-op."""
 
 from __future__ import annotations
 
@@ -26,24 +30,75 @@ class Row:
     detail: str = ""
 
 
-def interleaved_runs(fns: dict[str, Callable[[], object]], repeats: int = 5, warmup: int = 1
+def device_of(where) -> str:
+    """The device type ("cpu", "cuda", ...) of a model (its `.device`), a tensor, a torch.device or a name."""
+    if where is None:
+        return "cpu"
+    dev = getattr(where, "device", where)
+    return getattr(dev, "type", None) or str(dev).partition(":")[0]
+
+
+def sync(where=None) -> None:
+    """Wait for the queued kernels of `where`'s device (see `device_of`); a no-op on the CPU."""
+    if device_of(where) == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+class Timer:
+    """`with Timer(model) as t: ...` then `t.seconds`: wall seconds of the block, the device synchronised at
+    both ends."""
+
+    def __init__(self, where=None):
+        self.where, self.seconds = where, float("nan")
+
+    def __enter__(self) -> Timer:
+        sync(self.where)
+        self._t = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        sync(self.where)
+        self.seconds = time.perf_counter() - self._t
+
+
+def timed(fn: Callable[[], object], where=None) -> float:
+    """Seconds of one call of `fn`, `where`'s device synchronised before and after."""
+    with Timer(where) as t:
+        fn()
+    return t.seconds
+
+
+def interleaved_runs(fns: dict[str, Callable[[], object]], repeats: int = 5, warmup: int = 1, device=None
                      ) -> dict[str, list[float]]:
-    """Seconds of each function in every repeat, run in turns so machine noise hits all alike."""
+    """Seconds of each function in every repeat, run in turns so machine noise hits all alike; `device` (a
+    model, tensor or device) is synchronised around every timed call."""
     for _ in range(warmup):
         for fn in fns.values():
             fn()
+    sync(device)
     times: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(repeats):
         for k, fn in fns.items():
-            t = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - t)
+            times[k].append(timed(fn, device))
     return times
 
 
-def interleaved(fns: dict[str, Callable[[], object]], repeats: int = 5, warmup: int = 1) -> dict[str, float]:
-    """Median seconds of each function, run in turns so machine noise hits all alike."""
-    return {k: statistics.median(v) for k, v in interleaved_runs(fns, repeats, warmup).items()}
+def interleaved(fns: dict[str, Callable[[], object]], repeats: int = 5, warmup: int = 1, device=None
+                ) -> dict[str, float]:
+    """Median seconds of each function, run in turns so machine noise hits all alike (`device`: as above)."""
+    return {k: statistics.median(v) for k, v in interleaved_runs(fns, repeats, warmup, device).items()}
+
+
+def model_batches(model, batch: int, seq: int, n: int, seed: int = 0, low: int = 100) -> list[dict]:
+    """`n` batches of `batch` x `seq` random token ids (seeded on the CPU, so every device draws the same ones)
+    with full attention masks, on the model's device."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(low, model.info.d_vocab - low, (n, batch, seq), generator=g).to(model.device)
+    return [{"input_ids": b, "attention_mask": torch.ones_like(b)} for b in ids]
 
 
 def ratio_spread(num: list[float], den: list[float]) -> tuple[float, float, float]:

@@ -39,7 +39,7 @@ def inertia_decode(model, smoke: bool = False) -> list[Row]:
             out[dtype] = shared_prefix_greedy(model, prompts, max_new, stops)
 
     t = interleaved({"bf16": lambda: run(torch.bfloat16), "fp32": lambda: run(torch.float32)},
-                    repeats=1 if smoke else 2)
+                    repeats=1 if smoke else 2, device=model)
     texts = {d: [model.tokenizer.decode(out[d][tuple(p)], skip_special_tokens=True) for p in prompts] for d in out}
     acts = {d: [envs.parse_action(envs.reply_text(x, model.info.chat))[0] for x in texts[d]] for d in texts}
     same_act = sum(a == b for a, b in zip(acts[torch.bfloat16], acts[torch.float32]))
@@ -66,7 +66,7 @@ def in_place_decode(model, prompts, max_new: int, stops, smoke: bool) -> Row:
         with autocast(dtype, model.device):
             out["hf"] = shared_prefix_greedy(model, prompts, max_new, stops, in_place=False)
 
-    t = interleaved({"ours": ours, "hf": theirs}, repeats=1 if smoke else 2)
+    t = interleaved({"ours": ours, "hf": theirs}, repeats=1 if smoke else 2, device=model)
     return row("inertia_decode_in_place", "behaviour decode, in-place KV cache + weights cast once / "
                "transformers' DynamicCache + per-call autocast (time ratio)", t["ours"] / t["hf"], "<= 0.95",
                f"{len(prompts)} prompts x {max_new} new tokens in {str(dtype).removeprefix('torch.')}; ours "

@@ -57,6 +57,7 @@ BENCHMARKS = {
     "dashboard": _lazy("dashboard", "dashboard"),
     "backend_capture": _lazy("backends", "backend_capture"),
     "patching": _lazy("patching", "patching_sweep"),
+    "digest": _lazy("digest", "digest"),
     "gpu": _lazy("gpu", "gpu"),
 }
 

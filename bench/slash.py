@@ -58,7 +58,7 @@ def slash_hook(model, smoke: bool = False) -> list[Row]:
             sdpa(input_ids=ids, attention_mask=mask, logits_to_keep=1)
 
     t = interleaved({"base": base, "edit": lambda: with_slash(edit), "checked": lambda: with_slash(checked),
-                     "sdpa": hf_sdpa}, repeats=1 if smoke else 3)
+                     "sdpa": hf_sdpa}, repeats=1 if smoke else 3, device=model)
     if edit.applied == 0 or checked.applied == 0:
         raise RuntimeError("the SLASH hooks never ran")
     shape = f"{ids.shape[0]} graph prompts x {ids.shape[1]} tokens"
