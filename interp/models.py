@@ -14,12 +14,12 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import data, embedded, families
-from ._bridge import fire_rotary_hooks
+from ._bridge import attention_on_demand, fire_rotary_hooks
 from .config import ModelLimits
 from .errors import ConfigError, ModelNotFound
 from .sites import Site
@@ -292,6 +292,10 @@ class ModelInfo:
     """Site kinds this family serves through another site's hook, with why (attn_rot_k -> attn_k: ...)."""
     bos_id: int | None = None
     """The BOS id the tokenizer puts before a text (`interp.data.bos_id`; Gemma's <bos>), None when it adds none."""
+    attention: str = "eager"
+    """How hooked forwards compute attention: "sdpa where unhooked" (a layer runs the bridge's eager
+    reconstruction only while a hook reads inside its attention: `interp._bridge.attention_on_demand`) or "eager"
+    (every layer, always: families without that path, and the nnsight backend)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -501,14 +505,21 @@ def load_model(
     dtype: str | None = None,
     backend: str = "tl",
     remote: bool = False,
+    attention: str | None = None,
 ) -> Model:
     """Load a model by embedded name, local directory or HF id, wrapped for hooks.
 
     Embedded models are dequantized from their GGUF once and cached (``INTERP_CACHE``).
     backend "tl" wraps it in TransformerLens's TransformerBridge; "nnsight" in nnsight.
+    attention "auto" (default, or ``INTERP_ATTENTION``) runs each layer's attention as SDPA while no hook reads
+    inside it and as the bridge's eager reconstruction while one does (`interp._bridge.attention_on_demand`);
+    "eager" reconstructs every layer always (the toolkit's numbers before 2026-12-04).
     """
     if backend not in ("tl", "nnsight"):
         raise ConfigError("backend", backend, 'one of "tl", "nnsight"')
+    attention = attention or os.environ.get("INTERP_ATTENTION") or "auto"
+    if attention not in ("auto", "eager"):
+        raise ConfigError("attention", attention, '"auto" (SDPA where no hook reads the attention) or "eager"')
     res = resolve_model(name_or_path)
     check_architecture(res)
     shapes = check_model_files(res)
@@ -524,6 +535,7 @@ def load_model(
     local = res.source != "hub"
     if shapes:
         _check_shapes(res, path, shapes)
+    check_fits(res, path, shapes, dev, dt)
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local)
     try:
         hf = AutoModelForCausalLM.from_pretrained(path, dtype=dt, attn_implementation="eager",
@@ -546,7 +558,46 @@ def load_model(
     bridge = TransformerBridge.boot_transformers(path, hf_model=hf, tokenizer=tokenizer, device=dev, dtype=dt)
     bridge.eval()
     fire_rotary_hooks(bridge)
+    if attention == "auto" and attention_on_demand(bridge, info.family):
+        info = replace(info, attention="sdpa where unhooked")
     return Model(plain, tokenizer, info, dev, dt, bridge=bridge)
+
+
+def check_fits(res: Resolved, path: str, shapes: dict[str, tuple[int, ...]], device: str, dtype: "torch.dtype") -> None:
+    """OutOfMemory, in one line naming the model's size and the free memory, when its weights in `dtype` (their
+    sizes from the safetensors headers, nothing loaded) do not fit what `device` has free, nor the host RAM they
+    load through, with a 10 % margin; before the weights load. Skipped for a hub id not yet downloaded."""
+    import math
+
+    from .errors import OutOfMemory
+
+    if res.source == "hub":
+        return
+    shapes = shapes or check_model_files(Resolved(res.name, "local", path))  # an embedded model: its cached files
+    need = sum(math.prod(s) for s in shapes.values()) * dtype.itemsize
+    for where in dict.fromkeys(("cpu", device)):
+        free = free_memory(where)
+        if need * 1.1 > free:
+            raise OutOfMemory(f"model {res.name!r} needs {_bytes(need)} for its weights in "
+                              f"{str(dtype).removeprefix('torch.')}, but {where} has {_bytes(free)} free: use a "
+                              f"smaller model, a smaller dtype or another device")
+
+
+def free_memory(device: str) -> int:
+    """Bytes free for new tensors on `device`: on CUDA the driver's free memory (torch.cuda.mem_get_info) plus what
+    torch's cache holds unused; on the CPU the available RAM (psutil)."""
+    if device.startswith("cuda"):
+        import torch
+
+        dev = torch.device(device)
+        return torch.cuda.mem_get_info(dev)[0] + torch.cuda.memory_reserved(dev) - torch.cuda.memory_allocated(dev)
+    import psutil
+
+    return psutil.virtual_memory().available
+
+
+def _bytes(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def _check_shapes(res: Resolved, path: str, shapes: dict[str, tuple[int, ...]]) -> None:

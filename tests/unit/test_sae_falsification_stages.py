@@ -434,7 +434,12 @@ def test_steering_hook_adds_on_valid_positions_only(tiny_model):
         pass
     with torch.no_grad(), hf_steer(tiny_model, SITE, vec, state):
         tiny_model.hf(input_ids=enc["input_ids"], attention_mask=am, position_ids=pos)
-    base = A.site_activations(tiny_model, SITE, enc["input_ids"], am)
+    unsteered = {"mask": am}  # the same HF forward with a zero vector: pad positions compare like with like
+    with torch.no_grad(), hf_steer(tiny_model, SITE, torch.zeros_like(vec), unsteered):
+        tiny_model.hf(input_ids=enc["input_ids"], attention_mask=am, position_ids=pos)
+    base = A.site_activations(tiny_model, SITE, enc["input_ids"], am)  # the hooked model agrees where tokens are
+    assert torch.allclose(unsteered["out"][am.bool()], base[am.bool()], atol=1e-4)
+    base = unsteered["out"]
     diff = state["out"] - base
     real = am.bool()
     assert torch.allclose(diff[real], vec.expand_as(diff[real]), atol=1e-4)
