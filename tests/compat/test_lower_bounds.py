@@ -1,4 +1,5 @@
-"""pyproject's lowest transformers runs every probe: each micro config, in one subprocess, on the embedded SmolLM2.
+"""pyproject's lowest transformers runs every probe: each micro config, in one subprocess, on the embedded SmolLM2
+in bfloat16 (the GPU's default dtype; the suite's other micro runs are float32: this is where bf16 stays green).
 
 The venv holds the newest transformers, so a field or argument that only newer releases have (self_interp read
 `outputs.cache`, which 5.24 added; 5.17 names it `past_key_values`) passes every other test. Here the lowest
@@ -27,12 +28,12 @@ SCRIPT = textwrap.dedent('''
     from interp.models import load_model
     from interp.registry import probes_available
     from interp.runner import execute, prepare
-    model = load_model("smollm2-135m", device="cpu")  # loaded once, shared by every probe
+    model = load_model("smollm2-135m", device="cpu", dtype="bfloat16")  # loaded once, shared by every probe
     failed = []
     for name in sorted(probes_available()):
         t = time.perf_counter()
         try:
-            spec, cfg = prepare(name, {"size": "micro", "model": "smollm2-135m"})
+            spec, cfg = prepare(name, {"size": "micro", "model": "smollm2-135m", "dtype": "bfloat16"})
             execute(spec, cfg, out=sys.argv[1], model=model, progress=False)
             print("OK", name, f"{time.perf_counter() - t:.1f}s", flush=True)
         except Exception as e:  # reported, then the run fails below
