@@ -34,9 +34,9 @@ from .store import Run, RunInfo, list_runs, load_run
 from .sweep import sweep
 
 _LAZY = {
-    "load_model": "interp.models",
-    "Model": "interp.models",
-    "ModelInfo": "interp.models",
+    "load_model": "interp.models.load",
+    "Model": "interp.models.model",
+    "ModelInfo": "interp.models.model",
     "capture": "interp._capture",
     "run_with_cache": "interp._capture",
     "Mean": "interp._capture",
