@@ -46,7 +46,7 @@ BARE = {
 #: which is missing before any GPU time is spent.
 NOT_CARRIED = {"pyarrow"}
 #: imported by the trace: every probe's run module, the benches the device check runs, and pytest (tests/gpu)
-TRACE_MODULES = ["interp.cli", "interp.runner", "interp.store", "interp.models", "interp.sae", "bench.gpu",
+TRACE_MODULES = ["interp.cli", "interp.runner", "interp.store", "interp.models.load", "interp.sae", "bench.gpu",
                  "bench.capture", "bench.patching", "bench.sae", "transformer_lens.patching", "sae_lens", "pytest"]
 PLATFORMS = ["manylinux_2_17_x86_64", "manylinux_2_28_x86_64", "manylinux2014_x86_64", "manylinux_2_5_x86_64",
              "linux_x86_64"]

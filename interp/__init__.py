@@ -24,19 +24,20 @@ __version__ = "0.1.0"
 
 # Torch-free names are imported eagerly; the rest load on first use so `import interp` stays fast. The modules
 # behind the lazy names are private (`interp._capture`, `interp._intervene`): a public submodule named like the
-# function it serves would replace that function as the package attribute once anything imported it.
+# function it serves would replace that function as the package attribute once anything imported it: so sweeps
+# run through `interp.run_sweep` (the package `interp.sweep` holds the rest), and tests/unit/test_api_names.py
+# fails on any public function named like a submodule.
 from .config import ProbeConfig, build_config
 from .errors import ConfigError, DamagedRun, InterpError, ModelNotFound, NumericError
 from .registry import get_probe, probe, probes_available
 from .runner import run
 from .sites import Site
 from .store import Run, RunInfo, list_runs, load_run
-from .sweep import sweep
 
 _LAZY = {
-    "load_model": "interp.models",
-    "Model": "interp.models",
-    "ModelInfo": "interp.models",
+    "load_model": "interp.models.load",
+    "Model": "interp.models.model",
+    "ModelInfo": "interp.models.model",
     "capture": "interp._capture",
     "run_with_cache": "interp._capture",
     "Mean": "interp._capture",
@@ -60,12 +61,13 @@ _LAZY = {
     "load_sae": "interp.sae.source",
     "capture_grads": "interp.gradients",
     "GradCapture": "interp.gradients",
+    "run_sweep": "interp.sweep.driver",
 }
 
 
 def __getattr__(name: str) -> Any:
-    if name == "viz":  # interp.viz.attention(...): CircuitsVis views (the optional viz extra)
-        return import_module("interp.viz")
+    if name in ("viz", "sweep"):  # interp.viz.attention(...): CircuitsVis views (the viz extra); interp.sweep.*
+        return import_module(f"interp.{name}")
     if name in _LAZY:
         return getattr(import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'interp' has no attribute {name!r}")
@@ -88,6 +90,5 @@ __all__ = [
     "probe",
     "probes_available",
     "run",
-    "sweep",
     *_LAZY,
 ]

@@ -216,7 +216,7 @@ def cmd_export(args) -> int:
 
 def cmd_sweep(args) -> int:
     try:
-        from .sweep import main as sweep_main
+        from .sweep.cli import main as sweep_main
     except ImportError:
         raise InterpError("interp sweep is not available in this version") from None
     return sweep_main(args)

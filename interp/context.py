@@ -22,7 +22,7 @@ log = logging.getLogger("interp")
 
 def cached_model(cfg: ProbeConfig):
     """The model for `cfg`, loaded once per process (sweeps and the demo reuse it)."""
-    from .models import load_model
+    from .models.load import load_model
 
     key = (cfg.model, cfg.backend, cfg.device, cfg.dtype, cfg.remote)
     if key not in _MODELS:

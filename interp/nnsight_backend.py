@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from .errors import InterpError
-from .models import HookFn, Model
+from .models.model import HookFn, Model
 from .sites import CAPABILITIES, Site, forward_rank
 
 

@@ -19,7 +19,7 @@ from .store import RunWriter, default_root, load_run
 
 def prepare(probe: str, overrides: dict[str, Any] | None = None):
     """(spec, cfg) with the config, the model name and the data the config names validated; imports no torch."""
-    from .models import check_architecture, model_family, model_limits, resolve_model
+    from .models.resolve import check_architecture, model_family, model_limits, resolve_model
 
     spec = get_probe(probe)
     cfg = spec.config(overrides)

@@ -46,7 +46,7 @@ def swept(tmp_path_factory, tiny_model_dir) -> Path:
                               prompts=", ".join(map(json.dumps, PROMPTS))))
     saved = dict(context._MODELS)  # the sweep puts the tiny model in the one-model cache: give back what was there
     try:
-        interp.sweep(f, out=root, progress=False)
+        interp.run_sweep(f, out=root, progress=False)
     finally:
         context._MODELS.clear()
         context._MODELS.update(saved)

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from interp.errors import InterpError
-from interp.sweep import expand, load_sweep, sweep
+from interp.sweep import expand, load_sweep, run_sweep
 
 SWEEP = """
 probe = "logit_lens"
@@ -50,22 +50,22 @@ def test_bad_sweep_files(tmp_path, text, needle):
 @pytest.mark.gemma
 def test_local_sweep_resume_and_redo(tmp_path):
     f, out = write(tmp_path, SWEEP), tmp_path / "out"
-    rec = sweep(f, out=out, progress=False)
+    rec = run_sweep(f, out=out, progress=False)
     assert [p["status"] for p in rec["points"]] == ["done"] * 4
     assert (out / "sweeps" / "s" / "sweep.json").is_file()
     t0 = time.perf_counter()
-    again = sweep(f, out=out, progress=False)
+    again = run_sweep(f, out=out, progress=False)
     assert time.perf_counter() - t0 < 10 and [p["status"] for p in again["points"]] == ["skipped"] * 4
     victim = rec["points"][2]["run_dir"]
     shutil.rmtree(victim)
-    third = sweep(f, out=out, progress=False)
+    third = run_sweep(f, out=out, progress=False)
     assert [p["status"] for p in third["points"]] == ["skipped", "skipped", "done", "skipped"]
 
 
 @pytest.mark.slow
 def test_invalid_point_fails_alone(tmp_path, model):
     f = write(tmp_path, 'probe = "logit_lens"\n[base]\nsize = "micro"\n[grid]\ntop_k = [3, 0, 4]\n')
-    rec = sweep(f, out=tmp_path / "out", progress=False)
+    rec = run_sweep(f, out=tmp_path / "out", progress=False)
     assert [p["status"] for p in rec["points"]] == ["done", "invalid", "done"]
     assert "top_k" in rec["points"][1]["error"]
 
@@ -80,7 +80,7 @@ def test_ray_sweep_on_a_local_runtime(tmp_path, monkeypatch):
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         f, out = write(tmp_path, SWEEP), tmp_path / "out"
-        rec = sweep(f, out=out, executor="ray", max_parallel=2, progress=False)
+        rec = run_sweep(f, out=out, executor="ray", max_parallel=2, progress=False)
     finally:
         ray.shutdown()
     assert [p["status"] for p in rec["points"]] == ["done"] * 4, [p["error"] for p in rec["points"]]

@@ -34,20 +34,21 @@ ARCH = {
 @pytest.fixture
 def known_models(monkeypatch, tmp_path):
     """`resolve_model` without weights or network: embedded names from the embedded table, hub ids from ARCH."""
-    from interp import embedded, models
+    from interp import embedded
+    from interp.models import resolve as resolution
 
-    def resolve(name: str) -> models.Resolved:
+    def resolve(name: str) -> resolution.Resolved:
         if name in embedded.EMBEDDED:
-            return models.Resolved(name, "embedded", str(embedded.model_cache_dir(name)))
+            return resolution.Resolved(name, "embedded", str(embedded.model_cache_dir(name)))
         if name not in ARCH:
             pytest.fail(f"a sweep file names model {name!r}: add its layers and context to ARCH in {__file__}")
         n_layers, n_ctx = ARCH[name]
         d = tmp_path / "hub" / name
         d.mkdir(parents=True, exist_ok=True)
         (d / "config.json").write_text(json.dumps({"num_hidden_layers": n_layers, "max_position_embeddings": n_ctx}))
-        return models.Resolved(name, "hf-cache", str(d))
+        return resolution.Resolved(name, "hf-cache", str(d))
 
-    monkeypatch.setattr(models, "resolve_model", resolve)
+    monkeypatch.setattr(resolution, "resolve_model", resolve)
     monkeypatch.setenv("INTERP_ONLINE", "1")  # hub datasets pass by name; resolve_model above never goes online
 
 

@@ -63,10 +63,11 @@ def test_a_model_larger_than_the_free_memory_is_refused_before_its_weights_load(
     import transformers
 
     from interp import models
+    from interp.models import device
 
     d = shutil.copytree(tiny_model_dir, tmp_path / "big-llama")
     need = 4 * sum(math.prod(shape) for shape in models.check_model_files(models.resolve_model(str(d))).values())
-    monkeypatch.setattr(models, "free_memory", lambda device: need // 2)
+    monkeypatch.setattr(device, "free_memory", lambda where: need // 2)
 
     def never(*a, **k):
         raise AssertionError("from_pretrained was reached")
@@ -75,8 +76,8 @@ def test_a_model_larger_than_the_free_memory_is_refused_before_its_weights_load(
     with pytest.raises(OutOfMemory) as e:
         models.load_model(str(d), device="cpu", dtype="float32")
     msg = str(e.value)
-    assert "\n" not in msg and f"{models._bytes(need)} for its weights in float32" in msg, msg
-    assert f"cpu has {models._bytes(need // 2)} free" in msg, msg
+    assert "\n" not in msg and f"{device._bytes(need)} for its weights in float32" in msg, msg
+    assert f"cpu has {device._bytes(need // 2)} free" in msg, msg
 
 
 def test_a_tiny_model_fits(tiny_model_dir):

@@ -131,7 +131,7 @@ def test_builtin_pairs_are_token_aligned_and_deterministic(tiny_model_dir, task)
 
 
 def test_mismatched_pair_is_refused_before_the_model_loads(tiny_model_dir, tmp_path, monkeypatch):
-    from interp import models
+    from interp.models import load
     from interp.runner import prepare
 
     rows = [{"clean": "The capital of France is", "corrupt": "The capital of Italy is", "answer": " Paris",
@@ -140,7 +140,7 @@ def test_mismatched_pair_is_refused_before_the_model_loads(tiny_model_dir, tmp_p
              "answer": " Paris", "wrong": " London"}]
     f = tmp_path / "pairs.jsonl"
     f.write_text("\n".join(json.dumps(r) for r in rows))
-    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    monkeypatch.setattr(load, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
     with pytest.raises(ConfigError, match=r"pairs.jsonl line 2.*same token length"):
         prepare("patching", {"model": str(tiny_model_dir), "data": str(f)})
     f.write_text(json.dumps(rows[0]))
