@@ -164,6 +164,8 @@ def cmd_demo(args) -> int:
         print(f"== {name} (quick)", flush=True)
         try:
             print(execute(spec, cfg, out=out, progress=not args.quiet), flush=True)
+        except BrokenPipeError:  # stdout is gone, not the run
+            raise
         except Exception as e:  # noqa: BLE001 - the demo goes on; the run records the failure
             failed.append(name)
             print(f"   failed: {type(e).__name__}: {e}", file=sys.stderr)
@@ -294,6 +296,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        try:
+            return _main(argv)
+        finally:
+            if sys.stdout is not None:
+                sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+    except BrokenPipeError:
+        return _stdout_closed()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     show = warnings.showwarning
     warnings.showwarning = _data_warnings_in_one_line(show)
@@ -305,6 +318,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("interp: interrupted\n")
         return 130
+    except BrokenPipeError:
+        raise
     except Exception as e:  # noqa: BLE001 - a failed run: one line (the manifest keeps the error)
         if os.environ.get("INTERP_DEBUG"):
             raise
@@ -312,6 +327,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     finally:
         warnings.showwarning = show
+
+
+def _stdout_closed() -> int:
+    """The reader of stdout went away (`interp ls | head -2`): no traceback, the rest of the output to /dev/null
+    (so the interpreter's last flush succeeds), and 141 as if SIGPIPE had ended us, like `cat` and `ls`."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # a stdout without a descriptor (a test's capture): nothing to redirect
+        pass
+    finally:
+        os.close(devnull)
+    return 141
 
 
 def _data_warnings_in_one_line(show):

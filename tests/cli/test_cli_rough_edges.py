@@ -1,0 +1,54 @@
+"""A newcomer's first commands: a closed pipe, a probe field given as a flag, an unknown probe or model folder,
+a demo without the dashboard, and a dashboard that stops when `interp app` is told to."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+INTERP = [sys.executable, "-m", "interp.cli"]
+
+
+def cli(*args, timeout=120, **kw):
+    return subprocess.run([*INTERP, *args], capture_output=True, text=True, timeout=timeout, **kw)
+
+
+# ----------------------------------------------------------------------------- 1. a closed stdout
+
+
+@pytest.mark.parametrize("args", [["list"], ["ls", "--out", "{tmp}"], ["models"]])
+def test_a_closed_stdout_ends_quietly(args, tmp_path):
+    """`interp list | head -1` the worst way round: the reader is gone before the first write (no race: every
+    try sees EPIPE), three times."""
+    args = [a.format(tmp=tmp_path) for a in args]
+    for attempt in range(3):
+        r, w = os.pipe()
+        os.close(r)  # nobody reads: the child's first flush meets a broken pipe
+        with open(tmp_path / "stderr", "w+b") as err:
+            proc = subprocess.Popen([*INTERP, *args], stdout=w, stderr=err)
+            os.close(w)
+            rc = proc.wait(timeout=120)
+            err.seek(0)
+            stderr = err.read().decode()
+        assert rc in (0, 141), f"try {attempt}: exit {rc}: {stderr}"
+        assert stderr == "", f"try {attempt}: {stderr}"
+
+
+def test_head_reads_one_line_and_closes(tmp_path):
+    """The pipe as a shell makes it, `interp list | head -1`, five times."""
+    for attempt in range(5):
+        r = subprocess.run(["bash", "-c", 'set -o pipefail; "$@" 2>err | head -1', "-", *INTERP, "list"],
+                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        stderr = (tmp_path / "err").read_text()
+        assert r.returncode in (0, 141) and len(r.stdout.splitlines()) == 1, f"try {attempt}: {r.returncode}"
+        assert "Traceback" not in stderr and "BrokenPipe" not in stderr, f"try {attempt}: {stderr}"
