@@ -6,8 +6,10 @@ Exit status 0 on success; 2 with one line on stderr for bad input.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
+import shlex
 import sys
 import warnings
 from collections.abc import Sequence
@@ -307,7 +309,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        parser.error(_unrecognized(args, extra))
     show = warnings.showwarning
     warnings.showwarning = _data_warnings_in_one_line(show)
     try:
@@ -340,6 +345,37 @@ def _stdout_closed() -> int:
     finally:
         os.close(devnull)
     return 141
+
+
+def _unrecognized(args, extra: list[str]) -> str:
+    """argparse's "unrecognized arguments" message; for `run`, flags named like a config field of the probe
+    (`--prompt X`, `--top-k=3`) get the `--set` that means them."""
+    message = f"unrecognized arguments: {' '.join(extra)}"
+    if getattr(args, "command", None) != "run":
+        return message
+    from .config import describe
+    from .registry import get_probe
+
+    try:
+        spec = get_probe(args.probe)
+    except InterpError:
+        return message
+    names = {row[0] for row in describe(spec.config_cls) if not row[0].endswith(".*")}
+    hints = []
+    for i, item in enumerate(extra):
+        if not item.startswith("--"):
+            continue
+        flag, eq, value = item[2:].partition("=")
+        name = flag.replace("-", "_")
+        if name not in names:
+            continue
+        if not eq:
+            words = list(itertools.takewhile(lambda w: not w.startswith("-"), extra[i + 1:]))
+            value = " ".join(words) if words else "VALUE"
+        hints.append("--set " + shlex.quote(f"{name}={value}"))
+    if not hints:
+        return message
+    return f"{message} (config fields are set with --set: {' '.join(hints)})"
 
 
 def _data_warnings_in_one_line(show):

@@ -52,3 +52,27 @@ def test_head_reads_one_line_and_closes(tmp_path):
         stderr = (tmp_path / "err").read_text()
         assert r.returncode in (0, 141) and len(r.stdout.splitlines()) == 1, f"try {attempt}: {r.returncode}"
         assert "Traceback" not in stderr and "BrokenPipe" not in stderr, f"try {attempt}: {stderr}"
+
+
+# ----------------------------------------------------------------------------- 2. a field given as a flag
+
+
+@pytest.mark.parametrize("args, hint", [
+    (["--prompt", "The capital of France is"], "--set 'prompt=The capital of France is'"),
+    (["--prompt=Paris"], "--set prompt=Paris"),
+    (["--top-k", "3"], "--set top_k=3"),
+])
+def test_a_config_field_as_a_flag_points_to_set(args, hint, tmp_path):
+    r = cli("run", "logit_lens", *args, "--out", str(tmp_path))
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and hint in lines[0], r.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_an_unknown_flag_keeps_argparse_message(tmp_path):
+    r = cli("run", "logit_lens", "--nosuchflag", "1", "--out", str(tmp_path))
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "unrecognized arguments: --nosuchflag 1" in lines[0], r.stderr
+    assert "--set" not in lines[0]
