@@ -115,6 +115,10 @@ def cmd_run(args) -> int:
 def cmd_ls(args) -> int:
     from .store import list_runs
 
+    if args.probe and not (_out(args) / args.probe).is_dir():
+        from .registry import get_probe
+
+        get_probe(args.probe)  # ConfigError naming the known probes (runs of an uninstalled probe still list)
     runs = list_runs(_out(args), probe=args.probe)
     if args.json:
         print(

@@ -76,3 +76,15 @@ def test_an_unknown_flag_keeps_argparse_message(tmp_path):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "unrecognized arguments: --nosuchflag 1" in lines[0], r.stderr
     assert "--set" not in lines[0]
+
+
+# ----------------------------------------------------------------------------- 3. ls --probe nope
+
+
+def test_ls_names_an_unknown_probe(tmp_path):
+    r = cli("ls", "--probe", "nope", "--out", str(tmp_path))
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "nope" in lines[0] and "logit_lens" in lines[0] and "keystone" in lines[0], r.stderr
+    r = cli("ls", "--probe", "logit_lens", "--out", str(tmp_path))  # a known probe without runs stays fine
+    assert r.returncode == 0 and "no runs" in r.stdout, r.stderr
