@@ -88,3 +88,30 @@ def test_ls_names_an_unknown_probe(tmp_path):
     assert len(lines) == 1 and "nope" in lines[0] and "logit_lens" in lines[0] and "keystone" in lines[0], r.stderr
     r = cli("ls", "--probe", "logit_lens", "--out", str(tmp_path))  # a known probe without runs stays fine
     assert r.returncode == 0 and "no runs" in r.stdout, r.stderr
+
+
+# ----------------------------------------------------------------------------- 4. --model ./no-such-dir
+
+
+@pytest.mark.parametrize("name", ["./no-such-dir", "../no-such-dir", "/no/such/dir", "~/no-such-dir-xyz",
+                                  "models/sub/no-such-dir"])
+def test_a_missing_model_folder_is_named(name, tmp_path):
+    r = cli("run", "logit_lens", "--model", name, "--out", str(tmp_path), cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"folder {name} does not exist" in lines[0], r.stderr
+
+
+def test_model_names_that_are_not_paths_resolve_as_before(tmp_path, monkeypatch):
+    from interp.errors import ModelNotFound
+    from interp.models import resolve_model
+
+    monkeypatch.delenv("INTERP_ONLINE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    for name in ("nosuchmodel", "nobody/no-such-model-xyz"):  # a hub id has one slash: not a folder
+        with pytest.raises(ModelNotFound) as e:
+            resolve_model(name)
+        assert "does not exist" not in str(e.value) and "smollm2-135m" in str(e.value)
+    (tmp_path / "weights.bin").write_bytes(b"")
+    with pytest.raises(ModelNotFound, match="is not a folder"):
+        resolve_model("./weights.bin")
