@@ -115,3 +115,17 @@ def test_model_names_that_are_not_paths_resolve_as_before(tmp_path, monkeypatch)
     (tmp_path / "weights.bin").write_bytes(b"")
     with pytest.raises(ModelNotFound, match="is not a folder"):
         resolve_model("./weights.bin")
+
+
+# ----------------------------------------------------------------------------- 5. make demo NO_APP=1
+
+
+def test_make_demo_no_app():
+    def demo_line(*extra: str) -> str:
+        r = subprocess.run(["make", "-n", "demo", *extra], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return next(line for line in r.stdout.splitlines() if "interp demo" in line)
+
+    assert re.search(r"interp demo .*--no-app", demo_line("NO_APP=1"))
+    assert "--no-app" not in demo_line()
+    assert "--no-app" in cli("demo", "--help").stdout
