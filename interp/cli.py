@@ -183,8 +183,6 @@ def cmd_demo(args) -> int:
 
 
 def cmd_app(args) -> int:
-    import subprocess
-
     app = Path(__file__).resolve().parent.parent / "app" / "main.py"
     out = _out(args).resolve()
     url = f"http://{args.host}:{args.port}"
@@ -207,6 +205,12 @@ def cmd_app(args) -> int:
         "--client.toolbarMode",
         "viewer",
     ]
+    if os.name == "posix":  # the server takes this process's place: SIGTERM, SIGINT, SIGKILL reach it, no orphan
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(sys.executable, cmd, env)
+    import subprocess
+
     return subprocess.call(cmd, env=env)
 
 

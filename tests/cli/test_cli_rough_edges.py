@@ -129,3 +129,62 @@ def test_make_demo_no_app():
     assert re.search(r"interp demo .*--no-app", demo_line("NO_APP=1"))
     assert "--no-app" not in demo_line()
     assert "--no-app" in cli("demo", "--help").stdout
+
+
+# ----------------------------------------------------------------------------- 6. SIGTERM stops the dashboard
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def answers(port: int) -> bool:
+    try:
+        return urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).read() == b"ok"
+    except OSError:
+        return False
+
+
+def servers_on(port: int) -> list[int]:
+    """Pids of streamlit processes whose command line names `port`."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                argv = (d / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"streamlit" in b" ".join(argv) and str(port).encode() in argv:
+                pids.append(int(d.name))
+    return pids
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_interp_app_stops_the_server(sig, tmp_path):
+    port = free_port()
+    log = open(tmp_path / "app.log", "wb")
+    proc = subprocess.Popen([*INTERP, "app", "--port", str(port), "--out", str(tmp_path / "artifacts")],
+                            stdout=log, stderr=log)
+    try:
+        deadline = time.monotonic() + 90
+        while not answers(port):
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "app.log").read_text()[-2000:]
+            time.sleep(0.3)
+        os.kill(proc.pid, sig)
+        deadline = time.monotonic() + 10
+        while (answers(port) or servers_on(port)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not answers(port), "the dashboard still answers after the signal"
+        assert not servers_on(port), f"streamlit left running: {servers_on(port)}"
+        assert proc.wait(timeout=10) is not None
+    finally:
+        for pid in [proc.pid, *servers_on(port)]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait(timeout=10)
+        log.close()
