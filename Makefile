@@ -8,6 +8,7 @@ PYTEST_ENV := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_
               STREAMLIT_BROWSER_GATHER_USAGE_STATS=false TOKENIZERS_PARALLELISM=false
 PROBE ?=
 OUT ?= artifacts
+NO_APP ?=
 
 .PHONY: setup demo test accept bench app lint clean-venv browser models
 
@@ -37,8 +38,9 @@ browser:
 models: $(STAMP)
 	$(PY) -c "from interp.embedded import ensure_cached as e; e('smollm2-135m'); e('gemma3-270m')" 2>&1 | grep -v -e '%|' || true
 
+# NO_APP=1: run the probes and return instead of serving the dashboard
 demo: setup
-	$(VENV)/bin/interp demo --out $(OUT)
+	$(VENV)/bin/interp demo --out $(OUT)$(if $(filter-out 0,$(NO_APP)), --no-app,)
 
 # The suite runs servers, a browser, Ray workers and CLI subprocesses beside its own torch work: idle OpenMP threads
 # sleep at once instead of spinning (two 2-thread processes on 2 cores: 1.2 s each against 2.9 s with interp's

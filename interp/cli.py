@@ -6,8 +6,10 @@ Exit status 0 on success; 2 with one line on stderr for bad input.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
+import shlex
 import sys
 import warnings
 from collections.abc import Sequence
@@ -113,6 +115,10 @@ def cmd_run(args) -> int:
 def cmd_ls(args) -> int:
     from .store import list_runs
 
+    if args.probe and not (_out(args) / args.probe).is_dir():
+        from .registry import get_probe
+
+        get_probe(args.probe)  # ConfigError naming the known probes (runs of an uninstalled probe still list)
     runs = list_runs(_out(args), probe=args.probe)
     if args.json:
         print(
@@ -164,6 +170,8 @@ def cmd_demo(args) -> int:
         print(f"== {name} (quick)", flush=True)
         try:
             print(execute(spec, cfg, out=out, progress=not args.quiet), flush=True)
+        except BrokenPipeError:  # stdout is gone, not the run
+            raise
         except Exception as e:  # noqa: BLE001 - the demo goes on; the run records the failure
             failed.append(name)
             print(f"   failed: {type(e).__name__}: {e}", file=sys.stderr)
@@ -175,8 +183,6 @@ def cmd_demo(args) -> int:
 
 
 def cmd_app(args) -> int:
-    import subprocess
-
     app = Path(__file__).resolve().parent.parent / "app" / "main.py"
     out = _out(args).resolve()
     url = f"http://{args.host}:{args.port}"
@@ -199,6 +205,12 @@ def cmd_app(args) -> int:
         "--client.toolbarMode",
         "viewer",
     ]
+    if os.name == "posix":  # the server takes this process's place: SIGTERM, SIGINT, SIGKILL reach it, no orphan
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(sys.executable, cmd, env)
+    import subprocess
+
     return subprocess.call(cmd, env=env)
 
 
@@ -294,7 +306,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        try:
+            return _main(argv)
+        finally:
+            if sys.stdout is not None:
+                sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+    except BrokenPipeError:
+        return _stdout_closed()
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        parser.error(_unrecognized(args, extra))
     show = warnings.showwarning
     warnings.showwarning = _data_warnings_in_one_line(show)
     try:
@@ -305,6 +331,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("interp: interrupted\n")
         return 130
+    except BrokenPipeError:
+        raise
     except Exception as e:  # noqa: BLE001 - a failed run: one line (the manifest keeps the error)
         if os.environ.get("INTERP_DEBUG"):
             raise
@@ -312,6 +340,50 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     finally:
         warnings.showwarning = show
+
+
+def _stdout_closed() -> int:
+    """The reader of stdout went away (`interp ls | head -2`): no traceback, the rest of the output to /dev/null
+    (so the interpreter's last flush succeeds), and 141 as if SIGPIPE had ended us, like `cat` and `ls`."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # a stdout without a descriptor (a test's capture): nothing to redirect
+        pass
+    finally:
+        os.close(devnull)
+    return 141
+
+
+def _unrecognized(args, extra: list[str]) -> str:
+    """argparse's "unrecognized arguments" message; for `run`, flags named like a config field of the probe
+    (`--prompt X`, `--top-k=3`) get the `--set` that means them."""
+    message = f"unrecognized arguments: {' '.join(extra)}"
+    if getattr(args, "command", None) != "run":
+        return message
+    from .config import describe
+    from .registry import get_probe
+
+    try:
+        spec = get_probe(args.probe)
+    except InterpError:
+        return message
+    names = {row[0] for row in describe(spec.config_cls) if not row[0].endswith(".*")}
+    hints = []
+    for i, item in enumerate(extra):
+        if not item.startswith("--"):
+            continue
+        flag, eq, value = item[2:].partition("=")
+        name = flag.replace("-", "_")
+        if name not in names:
+            continue
+        if not eq:
+            words = list(itertools.takewhile(lambda w: not w.startswith("-"), extra[i + 1:]))
+            value = " ".join(words) if words else "VALUE"
+        hints.append("--set " + shlex.quote(f"{name}={value}"))
+    if not hints:
+        return message
+    return f"{message} (config fields are set with --set: {' '.join(hints)})"
 
 
 def _data_warnings_in_one_line(show):

@@ -54,6 +54,10 @@ def resolve_model(name: str) -> Resolved:
         if not (path / "config.json").is_file():
             raise ModelNotFound(f"model directory {name!r} has no config.json")
         return Resolved(name, "local", str(path.resolve()))
+    if _looks_like_path(name):
+        if path.exists():
+            raise ModelNotFound(f"model {name!r} is not a folder (a model is a folder with config.json)")
+        raise ModelNotFound(f"model folder {name} does not exist")
     if _HUB_ID.match(name):
         from huggingface_hub import try_to_load_from_cache
 
@@ -63,10 +67,17 @@ def resolve_model(name: str) -> Resolved:
         if online():
             return Resolved(name, "hub", name)
         raise ModelNotFound(
-            f"model {name!r} has no local weights and INTERP_ONLINE is not set; "
+            f"model {name!r} has no local weights (nor a folder of that name here) and INTERP_ONLINE is not set; "
             f"embedded models: {', '.join(embedded_names())}"
         )
     raise ModelNotFound(f"unknown model {name!r}; embedded models: {', '.join(embedded_names())}")
+
+
+def _looks_like_path(name: str) -> bool:
+    """`./m`, `../m`, `/m`, `~/m`, `a/b/c`: a folder, never a hub id (`org/name`, one slash) or an embedded name."""
+    seps = {os.sep, "/"} | ({os.altsep} if os.altsep else set())
+    explicit = name.startswith(("~", "/", os.sep)) or any(name.startswith(d + s) for d in (".", "..") for s in seps)
+    return explicit or (any(s in name for s in seps) and not _HUB_ID.match(name))
 
 
 def _config_json(res: Resolved) -> dict[str, Any]:
