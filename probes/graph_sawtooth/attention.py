@@ -153,3 +153,8 @@ def forward_last(model, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     if bridge is None:  # another backend: full logits
         return model.forward(ids, mask)[:, -1]
     return bridge(ids, attention_mask=mask, logits_to_keep=1)[:, -1]
+
+
+def batches(n: int, size: int) -> list[list[int]]:
+    """The indices 0..n-1 in consecutive batches of at most `size`."""
+    return [list(range(i, min(i + size, n))) for i in range(0, n, size)]

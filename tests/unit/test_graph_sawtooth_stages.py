@@ -17,7 +17,7 @@ from probes.graph_sawtooth import GraphSawtoothConfig
 from probes.graph_sawtooth import graphs as G
 from probes.graph_sawtooth import selection as SEL
 from probes.graph_sawtooth import structure as ST
-from probes.graph_sawtooth.probe import pick_gamma
+from probes.graph_sawtooth.evaluate import pick_gamma
 from probes.graph_sawtooth.slash import Slash, invariant_errors, redistribute, sink_columns
 
 # ----------------------------------------------------------------------------- parsing and spans
