@@ -26,8 +26,7 @@ Names load on first use from the module that defines them (patch a name there, n
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from .._lazy import lazy_exports
 
 _LAZY = {
     "Resolved": "resolve",
@@ -55,14 +54,4 @@ _LAZY = {
 """Public name -> the submodule that defines it."""
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
-
-
-__all__ = sorted(_LAZY)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _LAZY)
