@@ -75,11 +75,24 @@ class NNsightModel(Model):
         position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids}
         ordered = sorted(self._active, key=lambda p: _rank(p[0]))
-        with self.lm.trace(inputs, **self.trace_kwargs()):
+        with self._attention(any(site.is_pattern for site, _ in ordered)), \
+                self.lm.trace(inputs, **self.trace_kwargs()):
             for site, fn in ordered:
                 self._visit(site, fn)
             logits = self.lm.output.logits.save()
         return logits
+
+    @contextlib.contextmanager
+    def _attention(self, pattern: bool) -> Iterator[None]:
+        """SDPA for this forward unless a site reads the pattern (HF's eager attention returns it as the module's
+        second output), where `info.attention` allows it: the tl backend's numbers in every unhooked layer."""
+        cfg = self.hf.config
+        before = cfg._attn_implementation
+        cfg._attn_implementation = "eager" if pattern or not self.info.attention.startswith("sdpa") else "sdpa"
+        try:
+            yield
+        finally:
+            cfg._attn_implementation = before
 
     __call__ = forward
 

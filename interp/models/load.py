@@ -96,6 +96,8 @@ def load_model(
     if backend == "nnsight":
         from ..nnsight_backend import NNsightModel
 
+        if attention == "auto" and info.family not in families.NO_SDPA and getattr(hf, "_supports_sdpa", False):
+            info = replace(info, attention="sdpa unless a pattern is read")
         return NNsightModel(hf, tokenizer, info, dev, dt, remote=remote)
     from transformer_lens.model_bridge import TransformerBridge
 

@@ -44,9 +44,10 @@ class ModelInfo:
     bos_id: int | None = None
     """The BOS id the tokenizer puts before a text (`interp.data.bos_id`; Gemma's <bos>), None when it adds none."""
     attention: str = "eager"
-    """How hooked forwards compute attention: "sdpa where unhooked" (a layer runs the bridge's eager
-    reconstruction only while a hook reads inside its attention: `interp._bridge.attention_on_demand`) or "eager"
-    (every layer, always: families without that path, and the nnsight backend)."""
+    """How hooked forwards compute attention: "sdpa where unhooked" (tl: a layer runs the bridge's eager
+    reconstruction only while a hook reads inside its attention: `interp._bridge.attention_on_demand`), "sdpa
+    unless a pattern is read" (nnsight: every layer eager for a forward that reads a pattern) or "eager" (every
+    layer, always: families without an SDPA path, or attention="eager")."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
