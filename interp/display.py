@@ -1,7 +1,7 @@
 """Rich display in notebooks: HTML for a run, a run list and a sweep record (`_repr_html_`).
 
 A run shows its status, model, headline metrics, timings, the probe's headline figure (from the dashboard's
-pure figure functions, `app.figures.headline`) and how to open its dashboard page; a run list is a table with
+pure figure functions, `interp_app.figures.headline`) and how to open its dashboard page; a run list is a table with
 the same links; a sweep shows its points and its first numeric metric against its first swept key. Plotly's
 JavaScript is inlined (works with no network; about 3.5 MB per figure): set INTERP_PLOTLYJS=cdn for small
 notebooks when online. Everything here reads only what the store already loaded; nothing needs torch.
@@ -67,11 +67,11 @@ def metrics_table(metrics: Mapping[str, Any], limit: int = HEADLINE_METRICS) -> 
 
 
 def _figure(name: str, arg: Any) -> Any:
-    """`app.figures.headline.<name>(arg)`, or None where the dashboard package is not installed."""
+    """`interp_app.figures.headline.<name>(arg)`, or None where the dashboard package is not installed."""
     import importlib
 
     try:
-        mod = importlib.import_module("app.figures.headline")
+        mod = importlib.import_module("interp_app.figures.headline")
     except ImportError:
         return None
     return getattr(mod, name)(arg)

@@ -7,16 +7,15 @@ imported only when a run starts.
 Probes come from the `interp.probes` entry-point group: each entry point names a torch-free module
 (or an object in one) whose import registers one or more probes, with their config, run function
 and page. The built-in probes are listed there by this project's pyproject.toml, third-party
-packages add their own; every package under `probes/` is also imported, so a new built-in probe
-works before the package is reinstalled. A plugin that fails to import is left out with a warning
-(`plugin_errors()` says why) instead of taking every other probe down.
+packages add their own; a new built-in probe is seen once the project is installed again
+(`pip install -e .` rewrites the entry points). A plugin that fails to import is left out with a
+warning (`plugin_errors()` says why) instead of taking every other probe down.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import pkgutil
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -79,7 +78,7 @@ def _entry_points() -> list[importlib.metadata.EntryPoint]:
 
 
 def _discover() -> None:
-    """Import every probe's registration: the entry points, then every package under `probes/`."""
+    """Import every probe's registration: the `interp.probes` entry points, the one way probes are found."""
     global _LOADING_SOURCE
     for ep in _entry_points():
         dist = getattr(ep, "dist", None)
@@ -90,16 +89,6 @@ def _discover() -> None:
             _failed(ep.name, ep.value, e)
         finally:
             _LOADING_SOURCE = "interp"
-    import probes
-
-    for info in pkgutil.iter_modules(probes.__path__):
-        name = f"probes.{info.name}"
-        if info.name in _PLUGIN_ERRORS:  # its entry point already failed (and said why)
-            continue
-        try:
-            importlib.import_module(name)
-        except Exception as e:  # noqa: BLE001 - a package being added must not break discovery
-            _failed(info.name, name, e)
 
 
 def _failed(name: str, where: str, e: Exception) -> None:
