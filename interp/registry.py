@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .config import ProbeConfig, build_config
 from .errors import ConfigError
 
 _REGISTRY: dict[str, "ProbeSpec"] = {}
@@ -30,12 +29,15 @@ _REGISTRY: dict[str, "ProbeSpec"] = {}
 @dataclass(frozen=True)
 class ProbeSpec:
     name: str
-    config_cls: type[ProbeConfig]
+    config_cls: type
+    """The probe's `interp.config.ProbeConfig` subclass."""
     run_ref: str
     """"package.module:function" of the run function, imported lazily."""
     summary: str
     page: str | None = None
     """"package.module" of the dashboard page with render(run), if any."""
+    figures: str | None = None
+    """"package.module" of the probe's pure figure functions; its `headline(run)` is the run's notebook figure."""
     source: str = "interp"
     """The distribution that registered the probe (its entry point's), "interp" for the built-in ones."""
 
@@ -44,21 +46,32 @@ class ProbeSpec:
         module, _, func = self.run_ref.partition(":")
         return getattr(importlib.import_module(module), func)
 
-    def config(self, overrides: dict[str, Any] | None = None) -> ProbeConfig:
-        return build_config(self.config_cls, overrides)
+    def config(self, overrides: dict[str, Any] | None = None) -> Any:
+        return self.config_cls.build(overrides)
+
+    def headline(self) -> Callable[[Any], Any] | None:
+        """The probe's `headline(run) -> Figure`: from its figures module, else its page module, else None."""
+        for ref in (self.figures, self.page):
+            if ref:
+                fn = getattr(importlib.import_module(ref), "headline", None)
+                if callable(fn):
+                    return fn
+        return None
 
 
-def probe(name: str, run: str, page: str | None = None) -> Callable[[type], type]:
-    """Class decorator registering a probe config under `name`.
+def probe(name: str, run: str, page: str | None = None, figures: str | None = None) -> Callable[[type], type]:
+    """Class decorator registering a probe config under `name`, with where its parts live.
 
-    The first line of the config class docstring is the probe's one-line summary.
+    `run` is "module:function"; `page` the dashboard page module (render(run)); `figures` the module of its
+    pure figure functions, whose `headline(run)` (or the page's) is the figure a run shows in a notebook. The
+    first line of the config class docstring is the probe's one-line summary.
     """
 
     def deco(cls: type) -> type:
-        if not issubclass(cls, ProbeConfig):
+        if not getattr(cls, "IS_PROBE_CONFIG", False):  # ProbeConfig's marker (the registry imports no config)
             raise TypeError(f"{cls.__name__} must subclass ProbeConfig")
         summary = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
-        _REGISTRY[name] = ProbeSpec(name, cls, run, summary, page, _LOADING_SOURCE)
+        _REGISTRY[name] = ProbeSpec(name, cls, run, summary, page, figures, _LOADING_SOURCE)
         return cls
 
     return deco
@@ -89,6 +102,18 @@ def _discover() -> None:
             _failed(ep.name, ep.value, e)
         finally:
             _LOADING_SOURCE = "interp"
+
+
+FIGURES_GROUP = "interp.figures"
+
+
+def figure_function(name: str) -> Callable[..., Any] | None:
+    """The function the `interp.figures` entry point `name` names ("sweep": a sweep record's figure), or None
+    where no installed distribution provides one (the dashboard package provides them)."""
+    for ep in importlib.metadata.entry_points(group=FIGURES_GROUP):
+        if ep.name == name:
+            return ep.load()
+    return None
 
 
 def _failed(name: str, where: str, e: Exception) -> None:

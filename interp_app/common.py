@@ -12,7 +12,7 @@ same way and nothing outside the artifacts root is ever read:
 - ``resolve_ref(root, ref, probe=None)``: a ``?run=<probe>/<run_id>`` value to a run directory
   inside the root, or `InterpError`.
 - ``intro(question, method, run)``: the sentence and method link every page starts with (drawn by
-  ``render_run`` from a page's QUESTION and METHOD).
+  ``generic.render_run`` from a page's QUESTION and METHOD).
 - ``metric_row(values, *tiles)``: a row of st.metric tiles whose text names metrics (``"{r2} / {q_star}"``).
 - ``tabs(run, panels)``: st.tabs, each drawn by its panel(run).
 - ``status_badge(status)`` / ``status_label(status)`` / ``show_status(status, error)``.
@@ -433,59 +433,3 @@ def select_run(name: str, infos: list[RunInfo], chosen: str | None) -> RunInfo:
     if "run" not in st.query_params:
         st.query_params["run"] = selected
     return by_ref[selected]
-
-
-def probe_page(name: str, root: Path) -> None:
-    """A probe's page: pick one of its runs (sidebar or ``?run=``), then draw it with the probe's render(run)."""
-    from interp.registry import probes_available
-
-    spec = probes_available()[name]
-    st.title(name)
-    chosen = None
-    if wanted := st.query_params.get("run"):
-        try:
-            path = resolve_ref(root, wanted, name)
-            chosen = f"{name}/{path.name}"
-        except InterpError as e:
-            st.error(f"Cannot open `?run={wanted}`: {e}")
-    infos = runs(root, name)
-    if not infos:
-        intro(spec.summary, method_link(name))
-        st.info(f"No {name} runs under `{root}` yet. Make one with `interp run {name}`.")
-        return
-    render_run(spec, select_run(name, infos, chosen), root)
-
-
-def render_run(spec, info: RunInfo, root: Path) -> None:
-    """Draw one run: the probe's page when done, else the generic page, or the reason it is damaged.
-
-    A page that declares QUESTION (and METHOD, its link) gets its intro drawn here, above its render(run); a page
-    without one draws its own (`intro`)."""
-    from interp_app.views import generic
-
-    if info.status == "damaged":
-        intro(spec.summary, method_link(spec.name), info)
-        show_status("damaged", info.error)
-        return
-    try:
-        run = load(info.path, root)
-    except DamagedRun as e:
-        intro(spec.summary, method_link(spec.name), info)
-        show_status("damaged", str(e))
-        return
-    page = page_module(spec) if run.status == "done" else None
-    if page is not None and getattr(page, "QUESTION", None):
-        intro(page.QUESTION, getattr(page, "METHOD", None), run)
-    try:
-        (page or generic).render(run)
-    except DamagedRun as e:
-        show_status("damaged", str(e))
-    except Exception as e:  # noqa: BLE001 - a page bug: show it (tests see st.exception), then the raw artifacts
-        if page is None:
-            raise
-        st.exception(e)
-        st.divider()
-        try:
-            generic.render(run)
-        except DamagedRun as e2:
-            show_status("damaged", str(e2))

@@ -20,6 +20,7 @@ import streamlit as st
 
 from interp.registry import probes_available
 from interp_app import common
+from interp_app.views import generic
 from interp_app.views import runs as runs_view
 from interp_app.views import sweeps as sweeps_view
 
@@ -38,7 +39,7 @@ def main() -> None:
     root = common.artifacts_root()
     specs = probes_available()
     probe_pages = {
-        name: _page(lambda name=name: common.probe_page(name, root), name, name, icon=":material/science:")
+        name: _page(lambda name=name: generic.probe_page(name, root), name, name, icon=":material/science:")
         for name in specs
     }
     sweeps = _page(lambda: sweeps_view.render(root, probe_pages), "Sweeps", "sweeps", icon=":material/grid_view:")

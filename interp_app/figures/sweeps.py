@@ -162,3 +162,14 @@ def metric_heatmap(points: Sequence[Mapping[str, Any]], metric: str, x: str, y: 
     fig.update_xaxes(**numeric_axis(x_labels))
     fig.update_yaxes(**numeric_axis(y_labels))
     return fig
+
+
+def sweep_figure(record: Mapping[str, Any]) -> go.Figure | None:
+    """A sweep record's notebook figure (the `interp.figures` entry point `sweep`): its first numeric metric
+    against its first swept key (by its second, if any), or None."""
+    points = list(record.get("points") or [])
+    metrics = metric_names(points)
+    keys = varying_keys(list(record.get("keys") or []), points)
+    if not metrics or not keys:
+        return None
+    return metric_lines(points, metrics[0], keys[0], keys[1] if len(keys) > 1 else None)

@@ -6,14 +6,16 @@ arrays (shape, dtype, range) and each JSON artifact, all read through the store.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import streamlit as st
 
+from interp.errors import DamagedRun, InterpError
 from interp.registry import probes_available
-from interp.store import Run
+from interp.store import Run, RunInfo
 from interp_app import common
 
 MAX_ROWS = 5000
@@ -88,3 +90,55 @@ def array_summary(arrays: dict[str, np.ndarray]) -> pd.DataFrame:
                 row.update(min=float(finite.min()), mean=float(finite.mean()), max=float(finite.max()))
         rows.append(row)
     return pd.DataFrame(rows, columns=["array", "shape", "dtype", "min", "mean", "max"])
+
+
+def probe_page(name: str, root: Path) -> None:
+    """A probe's page: pick one of its runs (sidebar or ``?run=``), then draw it with the probe's render(run)."""
+    spec = probes_available()[name]
+    st.title(name)
+    chosen = None
+    if wanted := st.query_params.get("run"):
+        try:
+            path = common.resolve_ref(root, wanted, name)
+            chosen = f"{name}/{path.name}"
+        except InterpError as e:
+            st.error(f"Cannot open `?run={wanted}`: {e}")
+    infos = common.runs(root, name)
+    if not infos:
+        common.intro(spec.summary, common.method_link(name))
+        st.info(f"No {name} runs under `{root}` yet. Make one with `interp run {name}`.")
+        return
+    render_run(spec, common.select_run(name, infos, chosen), root)
+
+
+def render_run(spec, info: RunInfo, root: Path) -> None:
+    """Draw one run: the probe's page when done, else the generic page, or the reason it is damaged.
+
+    A page that declares QUESTION (and METHOD, its link) gets its intro drawn here, above its render(run); a page
+    without one draws its own (`intro`)."""
+    if info.status == "damaged":
+        common.intro(spec.summary, common.method_link(spec.name), info)
+        common.show_status("damaged", info.error)
+        return
+    try:
+        run = common.load(info.path, root)
+    except DamagedRun as e:
+        common.intro(spec.summary, common.method_link(spec.name), info)
+        common.show_status("damaged", str(e))
+        return
+    page = common.page_module(spec) if run.status == "done" else None
+    if page is not None and getattr(page, "QUESTION", None):
+        common.intro(page.QUESTION, getattr(page, "METHOD", None), run)
+    try:
+        (page.render if page is not None else render)(run)
+    except DamagedRun as e:
+        common.show_status("damaged", str(e))
+    except Exception as e:  # noqa: BLE001 - a page bug: show it (tests see st.exception), then the raw artifacts
+        if page is None:
+            raise
+        st.exception(e)
+        st.divider()
+        try:
+            render(run)
+        except DamagedRun as e2:
+            common.show_status("damaged", str(e2))

@@ -27,7 +27,8 @@ def parse_hook(value: str) -> Site:
 _D_MODEL_SITES = ("embed", "resid_pre", "resid_mid", "resid_post", "attn_in", "attn_out", "mlp_in", "mlp_out", "final")
 
 
-@probe("atoms", run="interp_probes.atoms.probe:run", page="interp_app.views.atoms")
+@probe("atoms", run="interp_probes.atoms.probe:run",
+       page="interp_probes.atoms.page", figures="interp_probes.atoms.figures")
 @dataclass(frozen=True)
 class AtomsConfig(ProbeConfig):
     """Atoms: AIP geometry, R² and q* of neurons, SAE features and threshold SAEs; capacity x data grid."""

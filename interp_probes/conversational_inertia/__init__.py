@@ -20,7 +20,8 @@ from interp.registry import probe
 from .envs import ENVS, POLICIES, TEMPLATES
 
 
-@probe("conversational_inertia", run="interp_probes.conversational_inertia.probe:run", page="interp_app.views.conversational_inertia")
+@probe("conversational_inertia", run="interp_probes.conversational_inertia.probe:run",
+       page="interp_probes.conversational_inertia.page", figures="interp_probes.conversational_inertia.figures")
 @dataclass(frozen=True)
 class ConversationalInertiaConfig(ProbeConfig):
     """Conversational inertia: diagonal attention to earlier replies and context policies that reduce it."""

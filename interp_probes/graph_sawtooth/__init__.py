@@ -19,7 +19,8 @@ from interp.registry import probe
 TASKS = ("edge", "degree", "connectivity", "cycle")
 
 
-@probe("graph_sawtooth", run="interp_probes.graph_sawtooth.probe:run", page="interp_app.views.graph_sawtooth")
+@probe("graph_sawtooth", run="interp_probes.graph_sawtooth.probe:run",
+       page="interp_probes.graph_sawtooth.page", figures="interp_probes.graph_sawtooth.figures")
 @dataclass(frozen=True)
 class GraphSawtoothConfig(ProbeConfig):
     """Graph sawtooth: layers whose attention rebuilds an edge list's adjacency, and SLASH on them."""

@@ -67,7 +67,8 @@ class SFTConfig:
     """Any of keystone, random, full, mask_keystone."""
 
 
-@probe("keystone", run="interp_probes.keystone.probe:run", page="interp_app.views.keystone")
+@probe("keystone", run="interp_probes.keystone.probe:run",
+       page="interp_probes.keystone.page", figures="interp_probes.keystone.figures")
 @dataclass(frozen=True)
 class KeystoneConfig(ProbeConfig):
     """Keystone neurons: a tiny prompt-independent set whose zeroing collapses the model."""

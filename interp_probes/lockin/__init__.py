@@ -17,7 +17,8 @@ from interp.registry import probe
 RECONSTRUCTION = "paper not found; project reconstruction"
 
 
-@probe("lockin", run="interp_probes.lockin.probe:run", page="interp_app.views.lockin")
+@probe("lockin", run="interp_probes.lockin.probe:run",
+       page="interp_probes.lockin.page", figures="interp_probes.lockin.figures")
 @dataclass(frozen=True)
 class LockinConfig(ProbeConfig):
     """Narrow fine-tuning geometry: shared degradation curve, stiff directions, harm signal (reconstruction)."""

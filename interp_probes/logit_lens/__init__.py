@@ -10,7 +10,8 @@ from interp.errors import ConfigError
 from interp.registry import probe
 
 
-@probe("logit_lens", run="interp_probes.logit_lens.probe:run", page="interp_app.views.logit_lens")
+@probe("logit_lens", run="interp_probes.logit_lens.probe:run",
+       page="interp_probes.logit_lens.page", figures="interp_probes.logit_lens.figures")
 @dataclass(frozen=True)
 class LogitLensConfig(ProbeConfig):
     """What each layer's residual stream would predict if decoded as the output (logit lens)."""

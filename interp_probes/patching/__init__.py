@@ -20,7 +20,8 @@ POSITION_SITES = ("resid_pre", "attn_out", "mlp_out")
 SITES = (*POSITION_SITES, "z")
 
 
-@probe("patching", run="interp_probes.patching.probe:run", page="interp_app.views.patching")
+@probe("patching", run="interp_probes.patching.probe:run",
+       page="interp_probes.patching.page", figures="interp_probes.patching.figures")
 @dataclass(frozen=True)
 class PatchingConfig(ProbeConfig):
     """Activation and attribution patching: which layers, positions and heads carry clean -> corrupted."""

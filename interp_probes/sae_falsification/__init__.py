@@ -22,7 +22,8 @@ STRATEGIES = ("prepend", "intersperse", "replace", "inject_bigram", "inject_trig
 GENERATORS = ("local", "openai", "template")
 
 
-@probe("sae_falsification", run="interp_probes.sae_falsification.probe:run", page="interp_app.views.sae_falsification")
+@probe("sae_falsification", run="interp_probes.sae_falsification.probe:run",
+       page="interp_probes.sae_falsification.page", figures="interp_probes.sae_falsification.figures")
 @dataclass(frozen=True)
 class SaeFalsificationConfig(ProbeConfig):
     """SAE "reasoning" features: contrastive detection, token injection vs control, counterexamples, steering."""

@@ -17,7 +17,8 @@ from interp.data import check_source
 from interp.registry import probe
 
 
-@probe("sae_features", run="interp_probes.sae_features.probe:run", page="interp_app.views.sae_features")
+@probe("sae_features", run="interp_probes.sae_features.probe:run",
+       page="interp_probes.sae_features.page", figures="interp_probes.sae_features.figures")
 @dataclass(frozen=True)
 class SaeFeaturesConfig(ProbeConfig):
     """A feature dashboard for any SAE: density, activation histograms, top contexts, quantile samples, logits."""

@@ -19,7 +19,8 @@ CONTROLS = ("shuffled", "embed")
 SCORERS = ("auto", "exact", "embedding", "lexical")
 
 
-@probe("self_interp", run="interp_probes.self_interp.probe:run", page="interp_app.views.self_interp")
+@probe("self_interp", run="interp_probes.self_interp.probe:run",
+       page="interp_probes.self_interp.page", figures="interp_probes.self_interp.figures")
 @dataclass(frozen=True)
 class SelfInterpConfig(ProbeConfig):
     """Train adapters that let a frozen model describe its own vectors in words (self-interpretation)."""

@@ -239,7 +239,7 @@ def test_run_query_through_a_link_out_of_the_root_is_refused(runs, app_test):
 
 
 def test_a_page_bug_shows_the_traceback_and_then_the_generic_page(runs, app_test, monkeypatch):
-    import interp_app.views.logit_lens as page
+    import interp_probes.logit_lens.page as page
 
     def broken(run):
         raise KeyError("a bug in the page")

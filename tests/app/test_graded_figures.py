@@ -6,9 +6,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from interp_app.figures import graph_sawtooth as G
-from interp_app.figures import keystone as K
-from interp_app.figures import lockin as L
+from interp_probes.graph_sawtooth import figures as G
+from interp_probes.keystone import figures as K
+from interp_probes.lockin import figures as L
 
 
 def test_gamma_response_draws_each_condition_with_its_interval():

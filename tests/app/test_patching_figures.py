@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from interp.store import load_run
-from interp_app.figures import patching as F
+from interp_probes.patching import figures as F
 
 
 @pytest.fixture(scope="module")

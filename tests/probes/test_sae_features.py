@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from interp.store import load_run
-from interp_app.figures import sae_features as F
+from interp_probes.sae_features import figures as F
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from . import DIVERGING, head_label, numeric_axis, signed_range, token_label
+from interp_app.figures import DIVERGING, head_label, numeric_axis, signed_range, token_label
 
 GRID_TITLES = {"resid_pre": "residual stream (resid_pre)", "attn_out": "attention output (attn_out)",
                "mlp_out": "MLP output (mlp_out)", "z": "attention heads (z, all positions)",

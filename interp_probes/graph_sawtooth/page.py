@@ -11,8 +11,8 @@ import streamlit as st
 
 from interp.store import Run
 from interp_app import common
-from interp_app.figures import graph_sawtooth as F
 from interp_app.figures import head_label
+from interp_probes.graph_sawtooth import figures as F
 
 QUESTION = (
     "When a model reads a serialised graph, do some layers attend within each node's neighbour list "

@@ -204,3 +204,8 @@ def sae_cards(sae: pd.DataFrame) -> pd.DataFrame:
     wide = sae.pivot_table(index=["latent", "label_true"], columns="variant", values="best_hit_rate", aggfunc="first")
     wide.columns = [f"best_hit_rate_{c}" for c in wide.columns]
     return wide.reset_index()
+
+
+def headline(run) -> go.Figure:
+    """The figure a run shows in a notebook next to its metrics (`interp.Run._repr_html_`)."""
+    return leaderboard(run.table("recall"))

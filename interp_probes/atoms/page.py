@@ -7,7 +7,7 @@ import streamlit as st
 
 from interp.store import Run
 from interp_app import common
-from interp_app.figures import atoms as F
+from interp_probes.atoms import figures as F
 
 QUESTION = (
     "In which geometry do hidden states look like sparse combinations of nearly orthogonal units, "

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from . import token_label
+from interp_app.figures import token_label
 
 CLASS_COLOURS = {"token_driven": "#c62828", "partially": "#ef6c00", "weakly": "#f9a825",
                  "context_dependent": "#2e7d32"}
@@ -204,3 +204,8 @@ def steering_samples(steering: pd.DataFrame, feature: int, n: int = 5) -> pd.Dat
     wide = sub.pivot_table(index="problem_id", columns="gamma", values="output", aggfunc="first")
     wide.columns = [f"gamma {g:g}" for g in wide.columns]
     return wide.head(n).reset_index()
+
+
+def headline(run) -> go.Figure:
+    """The figure a run shows in a notebook next to its metrics (`interp.Run._repr_html_`)."""
+    return funnel(run.metrics, run.table("features"), run.metrics.get("sae_d_sae"))

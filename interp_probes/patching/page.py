@@ -8,7 +8,7 @@ import streamlit as st
 
 from interp.store import Run
 from interp_app import common
-from interp_app.figures import patching as F
+from interp_probes.patching import figures as F
 
 QUESTION = (
     "Which layers, positions and attention heads carry a behaviour? Each component's clean activation is put "

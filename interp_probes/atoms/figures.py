@@ -16,7 +16,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from . import DIVERGING, token_label
+from interp_app.figures import DIVERGING, token_label
 
 UNIT_ORDER = ["neurons", "sae", "tsae"]
 UNIT_NAMES = {"neurons": "neurons (identity)", "sae": "SAE features (Euclid)", "tsae": "TSAE atoms (AIP)"}
@@ -176,3 +176,8 @@ def context_html(row: pd.Series) -> str:
         else:
             parts.append(label)
     return " ".join(parts) + f" &nbsp; <span style='color:#888'>({row['act']:.2f})</span>"
+
+
+def headline(run) -> go.Figure:
+    """The figure a run shows in a notebook next to its metrics (`interp.Run._repr_html_`)."""
+    return units_bars(run.table("units"))

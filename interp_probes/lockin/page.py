@@ -9,7 +9,7 @@ import streamlit as st
 
 from interp.store import Run
 from interp_app import common
-from interp_app.figures import lockin as F
+from interp_probes.lockin import figures as F
 
 QUESTION = (
     "When a model is fine-tuned on a narrow task, what decides how much broad capability it loses: "

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from . import numeric_axis, token_label, token_labels
+from interp_app.figures import numeric_axis, token_label, token_labels
 
 #: Above this many cells the heatmap shows the top-1 tokens on hover only.
 MAX_CELL_TEXT = 1200
@@ -137,3 +137,11 @@ def topk_table(topk: pd.DataFrame, position: int) -> pd.DataFrame:
     table.columns = [f"top-{int(k) + 1}" for k in table.columns]
     table.index.name = "layer"
     return table
+
+
+def headline(run) -> go.Figure:
+    """The figure a run shows in a notebook next to its metrics (`interp.Run._repr_html_`)."""
+    lens = run.tensor_file("lens")
+    tokens = run.table("tokens").sort_values("position")["token"].tolist()
+    rank = lens["final_rank"]
+    return lens_heatmap(rank, lens["final_prob"], tokens, top1_grid(run.table("topk"), *rank.shape))

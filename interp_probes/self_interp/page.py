@@ -11,7 +11,7 @@ import streamlit as st
 
 from interp.store import Run
 from interp_app import common
-from interp_app.figures import self_interp as F
+from interp_probes.self_interp import figures as F
 
 QUESTION = (
     "Can a frozen model say in words what one of its internal vectors means, once a tiny adapter (as small as "

@@ -315,3 +315,8 @@ def sft_progress(evals: pd.DataFrame, n_eval: int | None = None) -> go.Figure:
     fig.update_xaxes(title_text="optimizer step")
     fig.update_layout(title="Gain and forgetting on the same steps", height=380)
     return fig
+
+
+def headline(run) -> go.Figure:
+    """The figure a run shows in a notebook next to its metrics (`interp.Run._repr_html_`)."""
+    return ablation_ppl(run.table("ablation"))

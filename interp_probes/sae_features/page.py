@@ -6,7 +6,7 @@ import streamlit as st
 
 from interp.store import Run
 from interp_app import common
-from interp_app.figures import sae_features as F
+from interp_probes.sae_features import figures as F
 
 QUESTION = (
     "What does each feature of this SAE respond to: how often it fires, how strongly, on which tokens in which "

@@ -7,7 +7,7 @@ import streamlit as st
 
 from interp.store import Run
 from interp_app import common
-from interp_app.figures import keystone as F
+from interp_probes.keystone import figures as F
 
 QUESTION = (
     "Is there a tiny, prompt-independent set of neurons (largest mean |activation| while the model generates, "

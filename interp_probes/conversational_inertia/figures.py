@@ -198,3 +198,13 @@ def colored_tokens(tokens: Sequence[str], weights: np.ndarray, segments: Sequenc
         style = f"background:rgba(214,39,40,{alpha:.2f});border-bottom:2px solid {colour};{border}"
         spans.append(f"<span title='{html.escape(seg)} {value:.3f}' style='{style}'>{text}</span>")
     return "<div style='font-family:monospace;font-size:12px;line-height:1.9'>" + "".join(spans) + "</div>"
+
+
+def headline(run) -> go.Figure:
+    """The figure a run shows in a notebook next to its metrics (`interp.Run._repr_html_`)."""
+    scores = run.tensor_file("diag_scores")
+    offsets, bands = scores["offsets"].tolist(), scores["bands"].tolist()
+    d = offsets.index(0) if 0 in offsets else 0
+    z = scores["z"][:, :, d, 0]
+    return head_heatmap(z, f"Diagonal z per head (δ = {offsets[d]:+d}, w = {bands[0]})",
+                          run.config.get("z_thresh"))

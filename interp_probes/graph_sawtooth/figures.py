@@ -17,7 +17,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from . import head_label, numeric_axis, token_labels
+from interp_app.figures import head_label, numeric_axis, token_labels
 
 SET_COLOURS = {"S_score": "rgba(31,119,180,0.10)", "S_ent": "rgba(255,127,14,0.12)", "S": "rgba(44,160,44,0.22)"}
 CONDITIONS = {"base": "base (γ = 1)", "slash": "SLASH on S", "random_s": "SLASH on random layers"}
@@ -291,3 +291,11 @@ def gamma_response(curve: pd.DataFrame) -> go.Figure:
     fig.update_layout(title="SLASH response over the γ grid (test split, 95 % bootstrap intervals)", height=400,
                       margin={"t": 70})
     return fig
+
+
+def headline(run) -> go.Figure:
+    """The figure a run shows in a notebook next to its metrics (`interp.Run._repr_html_`)."""
+    m = run.metrics
+    sel = run.json("selection")
+    l_star = int(m.get("best_layer", sel.get("l_star", 0)))
+    return excess_plot(run.table("layer_scores"), max(0.05, m.get("auc_excess_q95") or 0.0), l_star)

@@ -293,3 +293,11 @@ def timings_table(timings: Mapping[str, float]) -> pd.DataFrame:
              "seconds_total"]
     keys = [k for k in order if k in timings] + sorted(k for k in timings if k not in order)
     return pd.DataFrame({"timing": keys, "value": [timings[k] for k in keys]})
+
+
+def headline(run) -> go.Figure:
+    """The figure a run shows in a notebook next to its metrics (`interp.Run._repr_html_`)."""
+    names = {f.removesuffix(".parquet") for f in run.manifest.get("files", {})}
+    curve = run.table("curve_fit") if "curve_fit" in names else None
+    sigma = float(curve["sigma_res"].iloc[0]) if curve is not None and len(curve) else None
+    return collapse(run.table("runs"), curve, sigma)

@@ -11,8 +11,8 @@ import streamlit as st
 
 from interp.store import Run
 from interp_app import common
-from interp_app.figures import conversational_inertia as F
 from interp_app.figures import head_label
+from interp_probes.conversational_inertia import figures as F
 
 QUESTION = (
     "Does the model treat its own earlier replies as demonstrations (the i-th token of the current reply "

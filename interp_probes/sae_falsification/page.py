@@ -11,7 +11,7 @@ import streamlit as st
 from interp.errors import InterpError
 from interp.store import Run
 from interp_app import common
-from interp_app.figures import sae_falsification as F
+from interp_probes.sae_falsification import figures as F
 
 QUESTION = (
     "When an SAE feature fires more on reasoning text than on other text, does it encode reasoning, or only surface "

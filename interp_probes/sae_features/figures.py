@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from . import token_label
+from interp_app.figures import token_label
 
 
 def search(features: pd.DataFrame, query: str, limit: int = 200) -> pd.DataFrame:
@@ -106,3 +106,8 @@ def contexts_html(contexts: pd.DataFrame, vmax: float, label: str = "") -> str:
 def highlighted_tokens(contexts: pd.DataFrame) -> list[str]:
     """The kept (highlighted) token of each context row."""
     return [r.tokens[r.center] for r in contexts.itertuples()]
+
+
+def headline(run) -> go.Figure:
+    """The figure a run shows in a notebook next to its metrics (`interp.Run._repr_html_`)."""
+    return density_histogram(run.table("features"))

@@ -6,8 +6,8 @@ import streamlit as st
 
 from interp.store import Run
 from interp_app import common
-from interp_app.figures import logit_lens as F
 from interp_app.figures import token_label
+from interp_probes.logit_lens import figures as F
 
 QUESTION = (
     "If each layer's residual stream were decoded as the output (final norm, then unembedding), "
