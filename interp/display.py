@@ -3,7 +3,8 @@
 A run shows its status, model, headline metrics, timings, the probe's headline figure (the `headline(run)` its
 `@probe(figures=...)` module declares, handed over by the registry) and how to open its dashboard page; a run
 list is a table with the same links; a sweep shows its points and its first numeric metric against its first
-swept key (the dashboard's `interp.figures` entry point `sweep`). Plotly's JavaScript is inlined (works with no network; about 3.5 MB per figure): set INTERP_PLOTLYJS=cdn for small
+swept key (the dashboard's `interp.figures` entry point `sweep`). Plotly's JavaScript is inlined (works with
+no network; about 3.5 MB per figure): set INTERP_PLOTLYJS=cdn for small
 notebooks when online. Everything here reads only what the store already loaded; nothing needs torch.
 """
 

@@ -5,8 +5,9 @@ functions count as much as those at the top of a module."""
 from __future__ import annotations
 
 import ast
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("interp", "interp_probes", "interp_app")
