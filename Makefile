@@ -58,7 +58,7 @@ app: setup
 	$(VENV)/bin/interp app --out $(OUT)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check interp probes app tests bench docs sweeps
+	$(VENV)/bin/ruff check interp interp_probes interp_app tests bench docs sweeps
 
 clean-venv:
 	rm -rf $(VENV)

@@ -1,7 +1,7 @@
 """Dashboard render time: the Runs page and every probe's page under Streamlit's AppTest, on micro runs.
 
 An absolute time (the issue's target is <= 2 s a page), so it depends on the machine more than the ratios do.
-Each page is rendered the way the app tests render it (`app.testing.app_test`, ?run= for a probe page) on a
+Each page is rendered the way the app tests render it (`interp_app.testing.app_test`, ?run= for a probe page) on a
 fresh artifacts root holding one done run per probe; the figure is the median of a few renders, each after
 `st.cache_data.clear()` (a first visit: the run's artifacts are read, the figures built), once the app's
 imports are warm (one render of the Runs page first, not counted).
@@ -9,7 +9,7 @@ imports are warm (one render of the Runs page first, not counted).
 The runs are the demo artifacts (the newest done run of each probe under the default artifacts root, what
 `make demo` leaves there); for a probe without one, its `micro` run on the embedded model, made with the app
 tests' own helper
-(`app.testing.micro_runs`) the first time and kept under $INTERP_BENCH_RUNS (default
+(`interp_app.testing.micro_runs`) the first time and kept under $INTERP_BENCH_RUNS (default
 <INTERP_CACHE or ~/.cache/interp>/bench-runs) for later benchmarks; any done run of a probe already there is
 used (the newest, micro size preferred), so pointing $INTERP_BENCH_RUNS at a `make demo` root renders those.
 Making the micro runs takes about 15-20 minutes here, outside the benchmark's figures.
@@ -28,10 +28,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from app.testing import app_test, micro_runs, ref
 from interp.embedded import cache_root
 from interp.registry import probes_available
 from interp.store import default_root, list_runs
+from interp_app.testing import app_test, micro_runs, ref
 
 from .common import Row, row
 

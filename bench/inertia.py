@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from interp.precision import autocast, autocast_dtype, inference_autocast, native_bf16
-from probes.conversational_inertia import behavior, envs
-from probes.conversational_inertia.decode import shared_prefix_greedy
+from interp_probes.conversational_inertia import behavior, envs
+from interp_probes.conversational_inertia.decode import shared_prefix_greedy
 
 from .common import Row, interleaved, row
 

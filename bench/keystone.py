@@ -1,16 +1,16 @@
 """Keystone scoring: one teacher-forced pass vs the paper's per-step regeneration.
 
-Runs the probe's own equality check (`probes.keystone.record.tf_check`) on the probe's first prompt,
-exactly as `probes.keystone.probe.run` does, but over 48 generated tokens: greedy generation with the
+Runs the probe's own equality check (`interp_probes.keystone.record.tf_check`) on the probe's first prompt,
+exactly as `interp_probes.keystone.probe.run` does, but over 48 generated tokens: greedy generation with the
 probe's repetition penalty and no stop token, then the mean |activation| of every neuron type recorded
 both ways (per-step loop first, one pass second, each after a warm-up pass).
 """
 
 from __future__ import annotations
 
-from probes.keystone import KeystoneConfig
-from probes.keystone.data import load_prompts
-from probes.keystone.record import generate, tf_check
+from interp_probes.keystone import KeystoneConfig
+from interp_probes.keystone.data import load_prompts
+from interp_probes.keystone.record import generate, tf_check
 
 from .common import Row, fmt, row
 

@@ -1,6 +1,6 @@
 """Lock-in probes: a 300-step fine-tuning run with the geometric probes on vs the same run without.
 
-Reuses the probe's own measurement (`probes.lockin.probe.overhead_benchmark` -> `measure_overhead`): the
+Reuses the probe's own measurement (`interp_probes.lockin.probe.overhead_benchmark` -> `measure_overhead`): the
 base run (full slice, lr 1e-4) trained by the probe's loop (`train`) twice from theta_0 with the same data
 order, the tracker's probes off (`Tracker(probes=False)`: losses only) and then on (drift, update subspace,
 harm signal, C_t every `fisher_every` steps, the stiff subspace refreshed every `refresh_every` steps), both
@@ -14,8 +14,8 @@ half an hour, twice the whole suite's budget.
 from __future__ import annotations
 
 from interp.config import build_config
-from probes.lockin import LockinConfig
-from probes.lockin.probe import overhead_benchmark
+from interp_probes.lockin import LockinConfig
+from interp_probes.lockin.probe import overhead_benchmark
 
 from .common import Row, is_tiny, row, tiny_model
 

@@ -44,9 +44,9 @@ def tolerance(dtype: torch.dtype, scale: float, margin: float) -> float:
 def patching_sweep(model, smoke: bool = False) -> list[Row]:
     from transformer_lens import patching as tl_patching
 
-    from probes.patching import PatchingConfig
-    from probes.patching.pairs import load_pairs
-    from probes.patching.probe import activation_patching, baselines_and_attribution, encode, token_counter
+    from interp_probes.patching import PatchingConfig
+    from interp_probes.patching.pairs import load_pairs
+    from interp_probes.patching.probe import activation_patching, baselines_and_attribution, encode, token_counter
 
     n_layers = model.info.n_layers
     layers = list(range(n_layers))
@@ -101,7 +101,7 @@ def patching_sweep(model, smoke: bool = False) -> list[Row]:
 
 def _all_cells(model, enc, base, cfg, layers) -> torch.Tensor:
     """The resid_pre grid of pair 0 with every cell run (none skipped), normalised."""
-    from probes.patching.sweep import Cell, run_cells
+    from interp_probes.patching.sweep import Cell, run_cells
 
     P = enc.lengths[0]
     cells = [Cell("resid_pre", layer, pos=p) for layer in layers for p in range(P)]

@@ -1,6 +1,6 @@
 """SLASH hook cost: the graph_sawtooth prefill with SLASH on a few layers vs the same forward without.
 
-Both sides are the probe's own forward (`probes.graph_sawtooth.attention.forward_last`: the bridge, whose
+Both sides are the probe's own forward (`interp_probes.graph_sawtooth.attention.forward_last`: the bridge, whose
 attention is eager for every layer, so the pattern is there to hook) on one batch of the probe's own graph
 prompts (`synthetic_samples`, `tokenise`, `pad_left`, the probe's batch size); the modified side adds the
 probe's `Slash` hooks. The target is on the edit alone (`Slash(check=False)`), the hook's cost; the probe
@@ -16,15 +16,15 @@ import torch
 
 from interp.config import build_config
 from interp.models import twin
-from probes.graph_sawtooth import GraphSawtoothConfig
-from probes.graph_sawtooth.attention import forward_last, pad_left, tokenise
-from probes.graph_sawtooth.graphs import synthetic_samples
-from probes.graph_sawtooth.slash import Slash
+from interp_probes.graph_sawtooth import GraphSawtoothConfig
+from interp_probes.graph_sawtooth.attention import forward_last, pad_left, tokenise
+from interp_probes.graph_sawtooth.graphs import synthetic_samples
+from interp_probes.graph_sawtooth.slash import Slash
 
 from .common import Row, interleaved, row
 
 GAMMA = 0.6
-"""The paper's default gamma (probes.graph_sawtooth.probe.PAPER_GAMMA)."""
+"""The paper's default gamma (interp_probes.graph_sawtooth.probe.PAPER_GAMMA)."""
 
 
 def slash_layers(n_layers: int) -> list[int]:

@@ -182,8 +182,18 @@ def cmd_demo(args) -> int:
     return cmd_app(args)
 
 
+def _dashboard_main() -> Path:
+    """interp_app/main.py, found without importing the dashboard (the core imports no dashboard module)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("interp_app")
+    if spec is None or not spec.submodule_search_locations:
+        raise InterpError("the dashboard package interp_app is not installed")
+    return Path(next(iter(spec.submodule_search_locations))) / "main.py"
+
+
 def cmd_app(args) -> int:
-    app = Path(__file__).resolve().parent.parent / "app" / "main.py"
+    app = _dashboard_main()
     out = _out(args).resolve()
     url = f"http://{args.host}:{args.port}"
     print(f"dashboard: {url}  (artifacts: {out})", flush=True)

@@ -140,6 +140,14 @@ class SAESource:
 class ProbeConfig:
     """Fields every probe shares. Subclasses add their own, each with a docstring."""
 
+    IS_PROBE_CONFIG: ClassVar[bool] = True
+    """Marks a probe config for `interp.registry.probe` (which imports no config module)."""
+
+    @classmethod
+    def build(cls, overrides: dict[str, Any] | None = None) -> ProbeConfig:
+        """`build_config(cls, overrides)`: defaults, the size preset, then the overrides, validated."""
+        return build_config(cls, overrides)
+
     model: str = "smollm2-135m"
     """Embedded model name, Hugging Face id, or local directory."""
     backend: Literal["tl", "nnsight"] = "tl"

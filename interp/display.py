@@ -1,9 +1,10 @@
 """Rich display in notebooks: HTML for a run, a run list and a sweep record (`_repr_html_`).
 
-A run shows its status, model, headline metrics, timings, the probe's headline figure (from the dashboard's
-pure figure functions, `app.figures.headline`) and how to open its dashboard page; a run list is a table with
-the same links; a sweep shows its points and its first numeric metric against its first swept key. Plotly's
-JavaScript is inlined (works with no network; about 3.5 MB per figure): set INTERP_PLOTLYJS=cdn for small
+A run shows its status, model, headline metrics, timings, the probe's headline figure (the `headline(run)` its
+`@probe(figures=...)` module declares, handed over by the registry) and how to open its dashboard page; a run
+list is a table with the same links; a sweep shows its points and its first numeric metric against its first
+swept key (the dashboard's `interp.figures` entry point `sweep`). Plotly's JavaScript is inlined (works with
+no network; about 3.5 MB per figure): set INTERP_PLOTLYJS=cdn for small
 notebooks when online. Everything here reads only what the store already loaded; nothing needs torch.
 """
 
@@ -66,15 +67,28 @@ def metrics_table(metrics: Mapping[str, Any], limit: int = HEADLINE_METRICS) -> 
     return f'<table class="interp-metrics">{rows}</table>{more}' if items else "<i>no metrics</i>"
 
 
-def _figure(name: str, arg: Any) -> Any:
-    """`app.figures.headline.<name>(arg)`, or None where the dashboard package is not installed."""
-    import importlib
+def _headline_figure(run: Any) -> Any:
+    """The probe's headline figure of a done run (its own `headline(run)`, handed over by the registry), or None
+    (no headline declared, or the run lacks an artifact it needs: an older or micro run)."""
+    from .errors import InterpError
+    from .registry import probes_available
 
-    try:
-        mod = importlib.import_module("app.figures.headline")
-    except ImportError:
+    spec = probes_available().get(run.probe)
+    fn = spec.headline() if spec is not None else None
+    if fn is None:
         return None
-    return getattr(mod, name)(arg)
+    try:
+        return fn(run)
+    except (InterpError, KeyError, IndexError, ValueError):
+        return None
+
+
+def _sweep_figure(record: Any) -> Any:
+    """The `interp.figures` entry point `sweep`'s figure of a sweep record (the dashboard's), or None."""
+    from .registry import figure_function
+
+    fn = figure_function("sweep")
+    return fn(record) if fn is not None else None
 
 
 def page_url(probe: str, ref: str) -> str:
@@ -106,7 +120,7 @@ def run_html(run: Any, figure: bool = True) -> str:
     fig = ""
     if figure and run.status == "done":
         try:
-            f = _figure("headline_figure", run)
+            f = _headline_figure(run)
         except Exception as e:  # noqa: BLE001 - a figure bug must not hide the run: say what failed instead
             f = None
             fig = f'<div class="interp-figure-error">headline figure failed: {_e(type(e).__name__)}: {_e(e)}</div>'
@@ -158,7 +172,7 @@ def sweep_html(record: Mapping[str, Any], figure: bool = True) -> str:
         "</table>"
     fig = ""
     if figure:
-        f = _figure("sweep_figure", record)
+        f = _sweep_figure(record)
         if f is not None:
             fig = f'<div class="interp-figure">{figure_html(f)}</div>'
     link = (f'<div>Dashboard: <a href="{DASHBOARD}/sweeps?sweep={_e(record.get("name"))}" target="_blank">'

@@ -7,22 +7,20 @@ imported only when a run starts.
 Probes come from the `interp.probes` entry-point group: each entry point names a torch-free module
 (or an object in one) whose import registers one or more probes, with their config, run function
 and page. The built-in probes are listed there by this project's pyproject.toml, third-party
-packages add their own; every package under `probes/` is also imported, so a new built-in probe
-works before the package is reinstalled. A plugin that fails to import is left out with a warning
-(`plugin_errors()` says why) instead of taking every other probe down.
+packages add their own; a new built-in probe is seen once the project is installed again
+(`pip install -e .` rewrites the entry points). A plugin that fails to import is left out with a
+warning (`plugin_errors()` says why) instead of taking every other probe down.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import pkgutil
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .config import ProbeConfig, build_config
 from .errors import ConfigError
 
 _REGISTRY: dict[str, "ProbeSpec"] = {}
@@ -31,12 +29,15 @@ _REGISTRY: dict[str, "ProbeSpec"] = {}
 @dataclass(frozen=True)
 class ProbeSpec:
     name: str
-    config_cls: type[ProbeConfig]
+    config_cls: type
+    """The probe's `interp.config.ProbeConfig` subclass."""
     run_ref: str
     """"package.module:function" of the run function, imported lazily."""
     summary: str
     page: str | None = None
     """"package.module" of the dashboard page with render(run), if any."""
+    figures: str | None = None
+    """"package.module" of the probe's pure figure functions; its `headline(run)` is the run's notebook figure."""
     source: str = "interp"
     """The distribution that registered the probe (its entry point's), "interp" for the built-in ones."""
 
@@ -45,21 +46,32 @@ class ProbeSpec:
         module, _, func = self.run_ref.partition(":")
         return getattr(importlib.import_module(module), func)
 
-    def config(self, overrides: dict[str, Any] | None = None) -> ProbeConfig:
-        return build_config(self.config_cls, overrides)
+    def config(self, overrides: dict[str, Any] | None = None) -> Any:
+        return self.config_cls.build(overrides)
+
+    def headline(self) -> Callable[[Any], Any] | None:
+        """The probe's `headline(run) -> Figure`: from its figures module, else its page module, else None."""
+        for ref in (self.figures, self.page):
+            if ref:
+                fn = getattr(importlib.import_module(ref), "headline", None)
+                if callable(fn):
+                    return fn
+        return None
 
 
-def probe(name: str, run: str, page: str | None = None) -> Callable[[type], type]:
-    """Class decorator registering a probe config under `name`.
+def probe(name: str, run: str, page: str | None = None, figures: str | None = None) -> Callable[[type], type]:
+    """Class decorator registering a probe config under `name`, with where its parts live.
 
-    The first line of the config class docstring is the probe's one-line summary.
+    `run` is "module:function"; `page` the dashboard page module (render(run)); `figures` the module of its
+    pure figure functions, whose `headline(run)` (or the page's) is the figure a run shows in a notebook. The
+    first line of the config class docstring is the probe's one-line summary.
     """
 
     def deco(cls: type) -> type:
-        if not issubclass(cls, ProbeConfig):
+        if not getattr(cls, "IS_PROBE_CONFIG", False):  # ProbeConfig's marker (the registry imports no config)
             raise TypeError(f"{cls.__name__} must subclass ProbeConfig")
         summary = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
-        _REGISTRY[name] = ProbeSpec(name, cls, run, summary, page, _LOADING_SOURCE)
+        _REGISTRY[name] = ProbeSpec(name, cls, run, summary, page, figures, _LOADING_SOURCE)
         return cls
 
     return deco
@@ -79,7 +91,7 @@ def _entry_points() -> list[importlib.metadata.EntryPoint]:
 
 
 def _discover() -> None:
-    """Import every probe's registration: the entry points, then every package under `probes/`."""
+    """Import every probe's registration: the `interp.probes` entry points, the one way probes are found."""
     global _LOADING_SOURCE
     for ep in _entry_points():
         dist = getattr(ep, "dist", None)
@@ -90,16 +102,18 @@ def _discover() -> None:
             _failed(ep.name, ep.value, e)
         finally:
             _LOADING_SOURCE = "interp"
-    import probes
 
-    for info in pkgutil.iter_modules(probes.__path__):
-        name = f"probes.{info.name}"
-        if info.name in _PLUGIN_ERRORS:  # its entry point already failed (and said why)
-            continue
-        try:
-            importlib.import_module(name)
-        except Exception as e:  # noqa: BLE001 - a package being added must not break discovery
-            _failed(info.name, name, e)
+
+FIGURES_GROUP = "interp.figures"
+
+
+def figure_function(name: str) -> Callable[..., Any] | None:
+    """The function the `interp.figures` entry point `name` names ("sweep": a sweep record's figure), or None
+    where no installed distribution provides one (the dashboard package provides them)."""
+    for ep in importlib.metadata.entry_points(group=FIGURES_GROUP):
+        if ep.name == name:
+            return ep.load()
+    return None
 
 
 def _failed(name: str, where: str, e: Exception) -> None:

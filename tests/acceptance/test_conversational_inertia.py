@@ -93,7 +93,7 @@ def checks(run, model) -> tuple[dict[str, tuple[bool, str]], dict[str, str]]:
 def _prompts_match_long_runs(run, pairs: list[dict], model) -> list[bool]:
     """For each pair whose state was also run under Long in the behaviour table: its prompt, rendered with
     the generation prompt, has exactly that run's context tokens."""
-    from probes.conversational_inertia.render import render
+    from interp_probes.conversational_inertia.render import render
 
     rows = run.table("behavior")
     long = rows[rows.policy == "long"].set_index(["episode_id", "N"]).context_tokens.to_dict()

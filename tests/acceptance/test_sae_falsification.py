@@ -13,7 +13,7 @@ import math
 
 from acceptance import ARTIFACTS, SLACK, Checks, full_run
 
-from probes.sae_falsification.checks import FN_FLAGS, FP_FLAGS
+from interp_probes.sae_falsification.checks import FN_FLAGS, FP_FLAGS
 
 BUDGETS = {"sae": 10 * 60, "detection": 3 * 60, "injection": 6 * 60, "loop": 4 * 60, "steering": 3 * 60}
 

@@ -15,8 +15,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.testing import APP, new_run, ref  # noqa: F401 - shared with bench/dashboard.py; re-exported here
 from interp.store import MANIFEST, sha256_file
+from interp_app.testing import APP, new_run, ref  # noqa: F401 - shared with bench/dashboard.py; re-exported here
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -19,10 +19,10 @@ from app_fixtures import (
     selected_probes,
 )
 
-from app.testing import app_test as new_app_test
-from app.testing import micro_runs
 from interp.registry import get_probe
 from interp.runner import execute
+from interp_app.testing import app_test as new_app_test
+from interp_app.testing import micro_runs
 
 
 @pytest.fixture(scope="session")

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app import common
-from app.figures import DIVERGING, head_label, numeric_axis, signed_range, token_label, token_labels
-from app.figures import logit_lens as F
-from app.views.generic import array_summary, split_metrics
-from app.views.runs import runs_frame
 from interp.store import list_runs, load_run
+from interp_app import common
+from interp_app.figures import DIVERGING, head_label, numeric_axis, signed_range, token_label, token_labels
+from interp_app.views.generic import array_summary, split_metrics
+from interp_app.views.runs import runs_frame
+from interp_probes.logit_lens import figures as F
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from app_fixtures import DAMAGE, FOUND_ON_READ, selected_probes
 
-from app.views.runs import SELECT_KEY
 from interp.registry import probes_available
+from interp_app.views.runs import SELECT_KEY
 
 PROBES = list(probes_available())
 
@@ -197,8 +197,8 @@ def test_generic_page_renders_every_probe_run(runs, monkeypatch, probe):
     def page(root: str, ref: str) -> None:
         from pathlib import Path
 
-        from app import common
-        from app.views import generic
+        from interp_app import common
+        from interp_app.views import generic
 
         generic.render(common.load(Path(root) / ref, Path(root)))
 
@@ -239,7 +239,7 @@ def test_run_query_through_a_link_out_of_the_root_is_refused(runs, app_test):
 
 
 def test_a_page_bug_shows_the_traceback_and_then_the_generic_page(runs, app_test, monkeypatch):
-    import app.views.logit_lens as page
+    import interp_probes.logit_lens.page as page
 
     def broken(run):
         raise KeyError("a bug in the page")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from app.figures import atoms as F
+from interp_probes.atoms import figures as F
 
 
 def frames():

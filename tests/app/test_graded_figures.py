@@ -6,9 +6,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from app.figures import graph_sawtooth as G
-from app.figures import keystone as K
-from app.figures import lockin as L
+from interp_probes.graph_sawtooth import figures as G
+from interp_probes.keystone import figures as K
+from interp_probes.lockin import figures as L
 
 
 def test_gamma_response_draws_each_condition_with_its_interval():
@@ -58,8 +58,8 @@ def test_harm_curve_figure_has_the_signal_its_control_and_observed_b():
 def test_page_draws_the_sets_the_probe_saved_at_query_width():
     import numpy as np
 
-    from probes.keystone.neurons import kv_ranking
-    from probes.keystone.selection import keystone, sets_frame
+    from interp_probes.keystone.neurons import kv_ranking
+    from interp_probes.keystone.selection import keystone, sets_frame
 
     rng = np.random.default_rng(0)
     means = [{"attn_k": rng.random((4, 3 * 8)), "fwd_up": rng.random((4, 50))} for _ in range(3)]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.figures import patching as F
 from interp.store import load_run
+from interp_probes.patching import figures as F
 
 
 @pytest.fixture(scope="module")

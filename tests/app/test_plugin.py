@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from app.testing import APP
+from interp_app.testing import APP
 
 PLUGIN = {
     "pyproject.toml": """
@@ -72,7 +72,7 @@ PLUGIN = {
         import plotly.graph_objects as go
         import streamlit as st
 
-        from app import common
+        from interp_app import common
 
         METHOD = "https://example.org/token-count"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from app.figures import sweeps as F
+from interp_app.figures import sweeps as F
 
 SWEEP = """
 probe = "logit_lens"
@@ -196,7 +196,7 @@ def test_a_point_links_to_its_run_page(swept, app_test):
 def test_a_click_on_a_table_row_picks_that_point(monkeypatch):
     from types import SimpleNamespace
 
-    from app.views import sweeps as V
+    from interp_app.views import sweeps as V
 
     state = {f"sweeps.table:{NAME}": SimpleNamespace(selection=SimpleNamespace(rows=[2]))}
     monkeypatch.setattr(V.st, "session_state", state)

@@ -121,8 +121,8 @@ def test_keystone_slices_of_a_fused_qkv_stay_apart(family_models):
     import numpy as np
 
     from interp import edit_weights, weights_digest
-    from probes.keystone.ablate import swap_edits, zero_edits
-    from probes.keystone.neurons import SliceMap
+    from interp_probes.keystone.ablate import swap_edits, zero_edits
+    from interp_probes.keystone.neurons import SliceMap
 
     m = family_models("phi3")
     smap = SliceMap(m)

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from interp.runner import execute, prepare
 from interp.store import load_run
-from probes.sae_falsification.checks import FN_FLAGS, FP_FLAGS
+from interp_probes.sae_falsification.checks import FN_FLAGS, FP_FLAGS
 
 
 def test_top_tokens_switch_features_on_more_than_matched_random_tokens(quick):

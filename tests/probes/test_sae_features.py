@@ -10,8 +10,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from app.figures import sae_features as F
 from interp.store import load_run
+from interp_probes.sae_features import figures as F
 
 
 @pytest.fixture(scope="module")
@@ -21,8 +21,8 @@ def run(micro_runs):
 
 def test_a_feature_found_by_its_top_token_highlights_that_token(run, model):
     from interp import build_config
-    from probes.sae_features import SaeFeaturesConfig
-    from probes.sae_features.probe import chunks
+    from interp_probes.sae_features import SaeFeaturesConfig
+    from interp_probes.sae_features.probe import chunks
 
     feats, contexts = run.table("features"), run.table("contexts")
     fields = SaeFeaturesConfig.__dataclass_fields__

@@ -48,7 +48,7 @@ def test_gains_are_paired_over_the_same_held_out_topics(quick):
 
 
 def test_saved_adapter_describes_a_vector(quick, model):
-    from probes.self_interp.describe import describe, load_adapter, topic_vector
+    from interp_probes.self_interp.describe import describe, load_adapter, topic_vector
 
     ad = load_adapter(quick, "scalar_affine")
     assert ad.n_trainable() == 577

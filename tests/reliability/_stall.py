@@ -29,7 +29,7 @@ elif point == "loop":
         stall()
         return real(*a, **k)
 
-    import probes.logit_lens.probe as ll
+    import interp_probes.logit_lens.probe as ll
 
     ll.run_with_cache = slow
 elif point == "write":

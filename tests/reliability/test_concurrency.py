@@ -1,7 +1,7 @@
 """Concurrency: runs written by another process while the dashboard's listing reads the same root.
 
 Every listed run is `running` (or `interrupted`) or a `done` run that loads with every file checked; a listing
-never raises and never shows a `damaged` run. The readers are the app's own listing (`app.common.runs`, cached
+never raises and never shows a `damaged` run. The readers are the app's own listing (`interp_app.common.runs`, cached
 as on the page), the store's (`interp.store.list_runs`, what `interp ls` prints) and one AppTest render of the
 Runs page. Two `interp run` processes writing to one --out:
 tests/cli/test_cli.py::test_concurrent_runs_get_distinct_dirs.
@@ -53,12 +53,13 @@ def check(infos: list[RunInfo], where: str) -> None:
 def read_until_exit(proc: subprocess.Popen, root: Path, on_listing=None) -> dict[str, int]:
     """List `root` with the store's and the app's listing until `proc` exits; counts of what was seen.
     `on_listing(infos)` is called with each of the app's listings."""
-    from app import common
+    from interp_app import common
 
     seen = {"listings": 0, "running": 0, "done": 0}
     while True:
         alive = proc.poll() is None
-        for where, infos in (("interp.store.list_runs", list_runs(root)), ("app.common.runs", common.runs(root))):
+        listings = (("interp.store.list_runs", list_runs(root)), ("interp_app.common.runs", common.runs(root)))
+        for where, infos in listings:
             check(infos, where)
             seen["listings"] += 1
             for status in ("running", "done"):

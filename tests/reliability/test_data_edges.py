@@ -201,7 +201,7 @@ def test_duplicate_corpus_documents_are_dropped_with_one_warning_line(tmp_path, 
 
 
 def test_repeated_topics_tasks_and_labels_warn_and_say_which_is_used(files):
-    from probes.self_interp.topics import load_topics
+    from interp_probes.self_interp.topics import load_topics
 
     path = files("t.jsonl", jsonl(topics(20) + [{"topic": " Topic Number 7 "}, {"topic": "topic number 8"}]))
     with pytest.warns(DataWarning, match=r"2 repeated 'topic' value\(s\), line 21 repeats .* of line 8 \(and 1 more\); "
@@ -209,7 +209,7 @@ def test_repeated_topics_tasks_and_labels_warn_and_say_which_is_used(files):
         prepare("self_interp", {"size": "micro", "topics_file": path})
     assert len(load_topics(path)) == 20, "the loader does not use the first of each"
 
-    from probes.keystone.data import load_tasks
+    from interp_probes.keystone.data import load_tasks
 
     tasks = files("k.jsonl", jsonl([{"prompt": "2 + 2 =", "answer": "4"}] * 2 + [{"prompt": "3 + 3 =", "answer": "6"}]))
     with pytest.warns(DataWarning, match="all are kept, each counting once"):

@@ -382,7 +382,7 @@ def faults(tmp_path: Path, cluster: Cluster, monkeypatch, sweep_text: str, n_poi
     assert most_running >= 2, "two points never ran at once: the second node took no work"
 
     # -- the Sweeps page shows the final state -------------------------------------------------------------
-    from app.testing import app_test
+    from interp_app.testing import app_test
 
     monkeypatch.setenv("INTERP_OUT", str(out))
     at = app_test(sweep=NAME).run()

@@ -11,10 +11,10 @@ import torch
 
 from interp.config import build_config
 from interp.errors import ConfigError
-from probes.atoms import AtomsConfig, parse_hook
-from probes.atoms.metric import estimate_metric, pair_angles, sample_pairs, whitened_norm_sq, whitening
-from probes.atoms.synthetic import atom_match, make_synthetic, recovery
-from probes.atoms.units import aip_gram, local_coherence, neuron_codes, q_star, r2, support_mask, unique_frac
+from interp_probes.atoms import AtomsConfig, parse_hook
+from interp_probes.atoms.metric import estimate_metric, pair_angles, sample_pairs, whitened_norm_sq, whitening
+from interp_probes.atoms.synthetic import atom_match, make_synthetic, recovery
+from interp_probes.atoms.units import aip_gram, local_coherence, neuron_codes, q_star, r2, support_mask, unique_frac
 
 
 def anisotropic(n=6000, d=64, seed=0):
@@ -178,5 +178,5 @@ def test_config_sizes_and_validation():
 
 
 def test_config_import_is_torch_free():
-    code = "import sys, probes.atoms; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, interp_probes.atoms; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -14,10 +14,10 @@ from transformers import AutoTokenizer
 
 from interp.config import build_config
 from interp.errors import ConfigError
-from probes.conversational_inertia import ConversationalInertiaConfig, behavior, cpl, envs
-from probes.conversational_inertia import stats as S
-from probes.conversational_inertia.attention import key_fractions, measure, prepare
-from probes.conversational_inertia.render import SEGMENTS, SHARE_COLUMNS, render
+from interp_probes.conversational_inertia import ConversationalInertiaConfig, behavior, cpl, envs
+from interp_probes.conversational_inertia import stats as S
+from interp_probes.conversational_inertia.attention import key_fractions, measure, prepare
+from interp_probes.conversational_inertia.render import SEGMENTS, SHARE_COLUMNS, render
 
 
 @pytest.fixture(scope="module")
@@ -338,7 +338,7 @@ def test_cpl_pairs_prefer_the_short_reply_under_the_long_prompt():
 
 
 def test_prefix_plan_attaches_prompts_to_roots():
-    from probes.conversational_inertia.decode import lcp, plan
+    from interp_probes.conversational_inertia.decode import lcp, plan
 
     long = list(range(100))
     roots, jobs = plan([long[:40], long, long[:20] + [7] * 30, [5] * 10, long[:5] + [9] * 40], min_frac=0.25)
@@ -352,7 +352,7 @@ def test_prefix_plan_attaches_prompts_to_roots():
 
 def test_shared_prefix_decoding_equals_plain_greedy(tiny_model, tok):
     from interp.generate import greedy
-    from probes.conversational_inertia.decode import shared_prefix_greedy
+    from interp_probes.conversational_inertia.decode import shared_prefix_greedy
 
     eps = envs.bait_episodes("doorexplore", "bait", 2, 4, 8, 4, rng())
     reqs = [behavior.request(tiny_model, e if n == 4 else e.truncated(n), p, 2, 4)
@@ -367,7 +367,7 @@ def test_shared_prefix_decoding_equals_plain_greedy(tiny_model, tok):
 
 
 def test_diagonal_scores_find_the_aligned_heads_and_not_the_controls():
-    from probes.conversational_inertia.probe import diagonal_scores, head_counts, head_table
+    from interp_probes.conversational_inertia.probe import diagonal_scores, head_counts, head_table
 
     cfg = build_config(ConversationalInertiaConfig, {"size": "micro", "n_perm": 100})
     g = rng(3)
@@ -396,7 +396,7 @@ def test_diagonal_scores_find_the_aligned_heads_and_not_the_controls():
 
 
 def test_share_trends_read_the_table():
-    from probes.conversational_inertia.probe import share_trends
+    from interp_probes.conversational_inertia.probe import share_trends
 
     rows = []
     for n in (1, 2, 4, 8):
@@ -412,7 +412,7 @@ def test_share_trends_read_the_table():
 
 
 def test_transcripts_and_behaviour_plan(tiny_model):
-    from probes.conversational_inertia.probe import attention_transcripts, behaviour_plan, viewer_transcripts
+    from interp_probes.conversational_inertia.probe import attention_transcripts, behaviour_plan, viewer_transcripts
 
     cfg = build_config(ConversationalInertiaConfig, {"rounds_grid": [1, 2, 4], "n_transcripts_per_n": 4,
                                                      "n_control_transcripts": 4, "n_bait_episodes": 4,

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from probes.graph_sawtooth.attention import batches
-from probes.graph_sawtooth.evaluate import accuracy, answer_margin
-from probes.graph_sawtooth.graphs import Sample
-from probes.graph_sawtooth.stats import bootstrap, stratified_draws, task_groups
-from probes.graph_sawtooth.verify import Invariants
+from interp_probes.graph_sawtooth.attention import batches
+from interp_probes.graph_sawtooth.evaluate import accuracy, answer_margin
+from interp_probes.graph_sawtooth.graphs import Sample
+from interp_probes.graph_sawtooth.stats import bootstrap, stratified_draws, task_groups
+from interp_probes.graph_sawtooth.verify import Invariants
 
 
 class _Item:  # the part of Tokenised the scoring helpers read

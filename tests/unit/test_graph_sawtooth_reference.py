@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import ndimage, signal
 
-from probes.graph_sawtooth.selection import entropy_band
+from interp_probes.graph_sawtooth.selection import entropy_band
 
 
 def _ref_select(values: np.ndarray, newest: bool) -> list[int]:

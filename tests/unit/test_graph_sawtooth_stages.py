@@ -13,12 +13,12 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from interp.config import build_config
-from probes.graph_sawtooth import GraphSawtoothConfig
-from probes.graph_sawtooth import graphs as G
-from probes.graph_sawtooth import selection as SEL
-from probes.graph_sawtooth import structure as ST
-from probes.graph_sawtooth.evaluate import pick_gamma
-from probes.graph_sawtooth.slash import Slash, invariant_errors, redistribute, sink_columns
+from interp_probes.graph_sawtooth import GraphSawtoothConfig
+from interp_probes.graph_sawtooth import graphs as G
+from interp_probes.graph_sawtooth import selection as SEL
+from interp_probes.graph_sawtooth import structure as ST
+from interp_probes.graph_sawtooth.evaluate import pick_gamma
+from interp_probes.graph_sawtooth.slash import Slash, invariant_errors, redistribute, sink_columns
 
 # ----------------------------------------------------------------------------- parsing and spans
 
@@ -271,7 +271,7 @@ def test_slash_hook_skips_decode_steps():
 
 
 def test_hooked_slash_on_the_tiny_model(tiny_model):
-    from probes.graph_sawtooth.attention import forward_last
+    from interp_probes.graph_sawtooth.attention import forward_last
 
     ids = torch.randint(10, 1000, (2, 12))
     mask = torch.ones_like(ids)
@@ -292,8 +292,8 @@ def test_prefill_then_continuation_equals_prompt_only_slash(tiny_model):
     """Scoring = one hooked prefill + unhooked continuation on its cache; it must equal a full
     forward in which SLASH edits only the prompt's query rows."""
     from interp.sites import Site
-    from probes.graph_sawtooth.attention import Tokenised
-    from probes.graph_sawtooth.scoring import score_batch
+    from interp_probes.graph_sawtooth.attention import Tokenised
+    from interp_probes.graph_sawtooth.scoring import score_batch
 
     tok = tiny_model.tokenizer
     prompts = ["Edges: (0, 1) (0, 2) (1, 3)\nA:", "Graph (2, 3)\nA:"]

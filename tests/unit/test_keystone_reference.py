@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from probes.keystone.neurons import kv_row
-from probes.keystone.selection import select_prompt
+from interp_probes.keystone.neurons import kv_row
+from interp_probes.keystone.selection import select_prompt
 
 D_HEAD, N_HEADS, N_KV = 8, 6, 2
 N_REP = N_HEADS // N_KV
@@ -97,10 +97,10 @@ def _ref_linear(step: int, warmup: int, total: int) -> float:
 
 
 def test_linear_schedule_and_clipping_as_the_hf_trainer(tiny_model):
-    from probes.keystone import SFTConfig
-    from probes.keystone.data import sft_data
-    from probes.keystone.neurons import SliceMap
-    from probes.keystone.sft import encode, plan, restore, train
+    from interp_probes.keystone import SFTConfig
+    from interp_probes.keystone.data import sft_data
+    from interp_probes.keystone.neurons import SliceMap
+    from interp_probes.keystone.sft import encode, plan, restore, train
 
     params = dict(tiny_model.hf.named_parameters())
     originals = {n: p.detach().clone() for n, p in params.items()}
@@ -120,8 +120,8 @@ def test_linear_schedule_and_clipping_as_the_hf_trainer(tiny_model):
 def test_weight_decay_skips_biases_and_norms(tiny_model):
     import torch.nn as nn
 
-    from probes.keystone import SFTConfig
-    from probes.keystone.sft import decay_names, param_groups
+    from interp_probes.keystone import SFTConfig
+    from interp_probes.keystone.sft import decay_names, param_groups
 
     names = decay_names(tiny_model)
     mods = dict(tiny_model.hf.named_modules())
@@ -141,10 +141,10 @@ def test_weight_decay_skips_biases_and_norms(tiny_model):
 
 def test_lr_sweep_trains_the_sparse_masks_at_every_lr_and_scores_the_same_steps(tiny_model):
     from interp import weights_digest
-    from probes.keystone import SFTConfig
-    from probes.keystone.data import sft_data
-    from probes.keystone.neurons import SliceMap, widths
-    from probes.keystone.sft import lr_jobs, run_sft
+    from interp_probes.keystone import SFTConfig
+    from interp_probes.keystone.data import sft_data
+    from interp_probes.keystone.neurons import SliceMap, widths
+    from interp_probes.keystone.sft import lr_jobs, run_sft
 
     w = widths(tiny_model.info)
     key = {t: np.zeros((tiny_model.info.n_layers, w[t]), bool) for t in w}

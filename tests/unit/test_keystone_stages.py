@@ -10,8 +10,8 @@ import pytest
 
 from interp.config import build_config
 from interp.errors import ConfigError
-from probes.keystone import KeystoneConfig
-from probes.keystone.data import (
+from interp_probes.keystone import KeystoneConfig
+from interp_probes.keystone.data import (
     CAPABILITIES,
     builtin_prompts,
     builtin_tasks,
@@ -19,8 +19,8 @@ from probes.keystone.data import (
     score_answer,
     sft_data,
 )
-from probes.keystone.neurons import kv_row, neuron_coords
-from probes.keystone.selection import (
+from interp_probes.keystone.neurons import kv_row, neuron_coords
+from interp_probes.keystone.selection import (
     cells_frame,
     count,
     iou,
@@ -167,7 +167,7 @@ def test_gqa_index_maps():
 
 
 def test_controls_are_module_matched_and_disjoint_from_the_set():
-    from probes.keystone.ablate import highnorm, matched_random, swap_pairs
+    from interp_probes.keystone.ablate import highnorm, matched_random, swap_pairs
 
     rng = np.random.default_rng(0)
     key = {"fwd_up": rng.random((4, 300)) < 0.02, "attn_v": rng.random((4, 64)) < 0.05}
@@ -192,14 +192,14 @@ TYPES = ("fwd_up", "fwd_down", "attn_q", "attn_k", "attn_v", "attn_o")
 
 
 def _gen(model, n_new=6):
-    from probes.keystone.data import Prompt
-    from probes.keystone.record import generate
+    from interp_probes.keystone.data import Prompt
+    from interp_probes.keystone.record import generate
 
     return generate(model, [Prompt(1, "p", "knowledge", "Name three colours.")], n_new, 1.1, 64)[0]
 
 
 def test_teacher_forced_recording_equals_the_per_step_loop(tiny_model):
-    from probes.keystone.record import record_per_step, record_teacher_forced, tf_check
+    from interp_probes.keystone.record import record_per_step, record_teacher_forced, tf_check
 
     gen = _gen(tiny_model)
     assert gen.n_steps == 6 and len(gen.fed) == gen.n_prompt + 5
@@ -221,8 +221,8 @@ def test_ablation_edits_zero_exactly_the_slices_and_restore(tiny_model):
     import torch
 
     from interp import edit_weights, weights_digest
-    from probes.keystone.ablate import swap_edits, zero_edits
-    from probes.keystone.neurons import SliceMap, widths
+    from interp_probes.keystone.ablate import swap_edits, zero_edits
+    from interp_probes.keystone.neurons import SliceMap, widths
 
     smap = SliceMap(tiny_model)
     w = widths(tiny_model.info)
@@ -258,8 +258,8 @@ def test_weight_zeroing_equals_the_activation_hook_path(tiny_model):
 
     from interp import ablate, edit_weights
     from interp.sites import Site
-    from probes.keystone.ablate import zero_edits
-    from probes.keystone.neurons import SPECS, SliceMap, widths
+    from interp_probes.keystone.ablate import zero_edits
+    from interp_probes.keystone.neurons import SPECS, SliceMap, widths
 
     smap = SliceMap(tiny_model)
     w = widths(tiny_model.info)
@@ -279,9 +279,9 @@ def test_masked_sft_trains_only_the_slices_in_strict_mode(tiny_model, mode):
     import torch
 
     from interp import weights_digest
-    from probes.keystone import SFTConfig
-    from probes.keystone.neurons import SliceMap, widths
-    from probes.keystone.sft import encode, plan, restore, train
+    from interp_probes.keystone import SFTConfig
+    from interp_probes.keystone.neurons import SliceMap, widths
+    from interp_probes.keystone.sft import encode, plan, restore, train
 
     smap = SliceMap(tiny_model)
     w = widths(tiny_model.info)
@@ -316,8 +316,8 @@ def test_batched_single_unit_test_equals_weight_edits_one_by_one(tiny_model):
     import torch
 
     from interp import edit_weights
-    from probes.keystone.ablate import forward_stats, massive_writers, zero_edits
-    from probes.keystone.neurons import SliceMap, widths
+    from interp_probes.keystone.ablate import forward_stats, massive_writers, zero_edits
+    from interp_probes.keystone.neurons import SliceMap, widths
 
     smap = SliceMap(tiny_model)
     w = widths(tiny_model.info)

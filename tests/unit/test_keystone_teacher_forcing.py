@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from interp import Site, intervene
-from probes.keystone.data import Prompt
-from probes.keystone.record import (
+from interp_probes.keystone.data import Prompt
+from interp_probes.keystone.record import (
     REFERENCE,
     filler_id,
     generate,

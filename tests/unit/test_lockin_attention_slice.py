@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 import torch
 
-from probes.lockin import analysis
+from interp_probes.lockin import analysis
 
 
 def test_attention_slice_reproduces_the_full_forward_and_trains_only_w_o(tiny_model):
-    from probes.lockin.slice import Slice, cache_exactness, slice_inputs
+    from interp_probes.lockin.slice import Slice, cache_exactness, slice_inputs
 
     sl = Slice(tiny_model, part="last_attn_o")
     o = tiny_model.layer_module(tiny_model.info.n_layers - 1).self_attn.o_proj

@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 import torch
 
-from probes.lockin import analysis
-from probes.lockin.curvature import lanczos, power_iteration, principal_angles_deg
-from probes.lockin.synthetic import Quadratic, gates, run_synthetic, single_thread
-from probes.lockin.track import Stiff, Tracker, erank_pr, overlap_angles, random_frame, update_subspace
-from probes.lockin.train import RunSpec, log_schedule, model_grid
+from interp_probes.lockin import analysis
+from interp_probes.lockin.curvature import lanczos, power_iteration, principal_angles_deg
+from interp_probes.lockin.synthetic import Quadratic, gates, run_synthetic, single_thread
+from interp_probes.lockin.track import Stiff, Tracker, erank_pr, overlap_angles, random_frame, update_subspace
+from interp_probes.lockin.train import RunSpec, log_schedule, model_grid
 
 F64 = torch.zeros(1, dtype=torch.float64)
 
@@ -219,8 +219,8 @@ def test_synthetic_ground_truth_passes_every_instrument_check():
 @pytest.fixture(scope="module")
 def tiny_problem(tiny_model):
     from interp.config import build_config
-    from probes.lockin import LockinConfig
-    from probes.lockin.problem import ModelProblem
+    from interp_probes.lockin import LockinConfig
+    from interp_probes.lockin.problem import ModelProblem
 
     cfg = build_config(LockinConfig, {"size": "micro", "train_seqs": 4, "seq_len": 24, "batch_positions": 8,
                                       "broad_eval_positions": 32, "narrow_eval_positions": 32})
@@ -228,7 +228,7 @@ def tiny_problem(tiny_model):
 
 
 def test_cached_slice_reproduces_the_full_forward(tiny_model, tiny_problem):
-    from probes.lockin.slice import cache_exactness
+    from interp_probes.lockin.slice import cache_exactness
 
     p = tiny_problem
     assert p.sl.P == 3 * 64 * 128
@@ -238,7 +238,7 @@ def test_cached_slice_reproduces_the_full_forward(tiny_model, tiny_problem):
 
 def test_bf16_training_loss_tracks_float32_and_evaluation_stays_float32(tiny_model):
     from interp.precision import fast_dtype
-    from probes.lockin.slice import Positions, Slice
+    from interp_probes.lockin.slice import Positions, Slice
 
     assert fast_dtype("float32", torch.device("cpu")) == torch.float32
     assert fast_dtype("auto", torch.device("cuda")) == torch.bfloat16
@@ -257,7 +257,7 @@ def test_bf16_training_loss_tracks_float32_and_evaluation_stays_float32(tiny_mod
 
 
 def test_curvature_operators_are_symmetric_psd_and_match_explicit_forms(tiny_problem):
-    from probes.lockin.curvature import curvature_operator, hvp_fd_rel_err
+    from interp_probes.lockin.curvature import curvature_operator, hvp_fd_rel_err
 
     p = tiny_problem
     g = torch.Generator().manual_seed(0)
@@ -277,8 +277,8 @@ def test_curvature_operators_are_symmetric_psd_and_match_explicit_forms(tiny_pro
 
 def test_runs_never_write_the_shared_model_and_lora_starts_at_theta0(tiny_model, tiny_problem):
     from interp import weights_digest
-    from probes.lockin.problem import stiff_directions
-    from probes.lockin.train import AdamStepper, train
+    from interp_probes.lockin.problem import stiff_directions
+    from interp_probes.lockin.train import AdamStepper, train
 
     p = tiny_problem
     before = weights_digest(tiny_model)
@@ -340,7 +340,7 @@ def test_other_operators_refresh_and_exact_curvature_drift_on_the_tiny_model(tin
 def test_full_grid_needs_32_stiff_directions():
     from interp.config import build_config
     from interp.errors import ConfigError
-    from probes.lockin import LockinConfig
+    from interp_probes.lockin import LockinConfig
 
     with pytest.raises(ConfigError, match="k_stiff"):
         build_config(LockinConfig, {"grid": "full"})

@@ -11,16 +11,16 @@ import torch
 from interp import patch
 from interp.errors import ConfigError
 from interp.sites import Site
-from probes.patching import PatchingConfig
-from probes.patching.pairs import TASKS, load_pairs
-from probes.patching.probe import (
+from interp_probes.patching import PatchingConfig
+from interp_probes.patching.pairs import TASKS, load_pairs
+from interp_probes.patching.probe import (
     activation_patching,
     baselines_and_attribution,
     encode,
     identity_checks,
     token_counter,
 )
-from probes.patching.sweep import Cell, metric_values, run_cells
+from interp_probes.patching.sweep import Cell, metric_values, run_cells
 
 
 @pytest.fixture(scope="module")
@@ -181,7 +181,7 @@ def test_several_pairs_share_one_forward(tiny_model):
     """A group of pairs of one length runs in one forward (rows join after the embedding) and gives each pair's
     cells exactly what that pair alone gives, grown or from the input, on both backends."""
     from interp.nnsight_backend import NNsightModel
-    from probes.patching.probe import group_inputs
+    from interp_probes.patching.probe import group_inputs
 
     cfg = PatchingConfig(model="tiny", n_pairs=6, sites=("resid_pre", "z"))
     enc = encode(tiny_model, load_pairs("ioi", None, 6, 0, token_counter(tiny_model)))

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from probes.sae_falsification.injection import injection_jobs, payload_len, score_rows
-from probes.sae_falsification.tokens import FeatureTokens
+from interp_probes.sae_falsification.injection import injection_jobs, payload_len, score_rows
+from interp_probes.sae_falsification.tokens import FeatureTokens
 
 
 def _ref_d(inj: np.ndarray, base: np.ndarray) -> float:

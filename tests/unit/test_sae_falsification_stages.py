@@ -18,9 +18,9 @@ from interp.config import build_config
 from interp.errors import ConfigError
 from interp.sae import build_sae, save_sae
 from interp.sites import Site
-from probes.sae_falsification import SaeFalsificationConfig
-from probes.sae_falsification import acts as A
-from probes.sae_falsification.checks import (
+from interp_probes.sae_falsification import SaeFalsificationConfig
+from interp_probes.sae_falsification import acts as A
+from interp_probes.sae_falsification.checks import (
     Context,
     final_answer,
     fn_checks,
@@ -29,10 +29,17 @@ from probes.sae_falsification.checks import (
     numbers,
     reasoning_signals,
 )
-from probes.sae_falsification.corpora import build_corpora, steering_problems
-from probes.sae_falsification.detection import auc_columns, cohen_d_avg, cohen_d_pooled, detect, oracle_auc, rank_order
-from probes.sae_falsification.generator import OpenAIGenerator, parse_candidates, parse_json_object
-from probes.sae_falsification.injection import (
+from interp_probes.sae_falsification.corpora import build_corpora, steering_problems
+from interp_probes.sae_falsification.detection import (
+    auc_columns,
+    cohen_d_avg,
+    cohen_d_pooled,
+    detect,
+    oracle_auc,
+    rank_order,
+)
+from interp_probes.sae_falsification.generator import OpenAIGenerator, parse_candidates, parse_json_object
+from interp_probes.sae_falsification.injection import (
     PAYLOAD_LEN,
     ControlPool,
     classify,
@@ -41,9 +48,9 @@ from probes.sae_falsification.injection import (
     injection_jobs,
     summarize_feature,
 )
-from probes.sae_falsification.loop import LoopFeature, rewrite, run_loop, template_fns, template_fps
-from probes.sae_falsification.sae_setup import obtain_sae, quality_gates
-from probes.sae_falsification.tokens import FeatureTokens, analyse_tokens
+from interp_probes.sae_falsification.loop import LoopFeature, rewrite, run_loop, template_fns, template_fps
+from interp_probes.sae_falsification.sae_setup import obtain_sae, quality_gates
+from interp_probes.sae_falsification.tokens import FeatureTokens, analyse_tokens
 
 SITE = Site("resid_post", 0)
 
@@ -112,7 +119,7 @@ def test_quality_gates_keep_position0_clean_and_match_the_formulas(tiny_model):
     sae = random_sae(k=64, d_sae=96)
     seqs = [[10, 20, 30, 40, 50, 60], [11, 21, 31], [12, 22, 32, 42, 52]]
     q = quality_gates(tiny_model, sae, SITE, seqs, 1000, batch_size=2)
-    from probes.sae_falsification.acts import pad_ids
+    from interp_probes.sae_falsification.acts import pad_ids
 
     ids, am = pad_ids(seqs, 0)
     x = A.site_activations(tiny_model, SITE, ids, am)[A.valid_positions(am)]
@@ -125,7 +132,7 @@ def test_quality_gates_keep_position0_clean_and_match_the_formulas(tiny_model):
     # position 0 keeps its clean activation: zeroing all but position 0 leaves its logits alone
     pos0 = []
     with tiny_model.hooks([(Site("resid_pre", 1), lambda x: pos0.append(x[:, 0].clone()))]):
-        from probes.sae_falsification.sae_setup import _replace
+        from interp_probes.sae_falsification.sae_setup import _replace
 
         tiny_model.forward(ids, am)
         with tiny_model.hooks([(SITE, _replace("zero", A.valid_positions(am), xhat))]):
@@ -321,7 +328,7 @@ def _context(f):
 
 
 def test_loop_stops_once_it_has_three_valid_of_each():
-    from probes.sae_falsification.generator import TemplateGenerator
+    from interp_probes.sae_falsification.generator import TemplateGenerator
 
     f = _loop_feature()
     score = lambda texts, feats: np.array([1.5 if "therefore" in t else 0.0 for t in texts])  # noqa: E731
@@ -398,7 +405,7 @@ def test_endpoint_generator_speaks_chat_completions_with_retries(stub_server, mo
     assert req["body"]["model"] == "stub-model" and req["body"]["temperature"] == 0.3
     assert len(_Stub.requests) == 3, "two failures, then the retry that worked"
     _Stub.fail_first = 3
-    from probes.sae_falsification.generator import GeneratorError
+    from interp_probes.sae_falsification.generator import GeneratorError
 
     with pytest.raises(GeneratorError):
         gen.chat([{"role": "user", "content": "x"}], 0.3, 5)
@@ -421,7 +428,7 @@ def test_loop_with_the_endpoint_generator_and_judge(stub_server):
 
 
 def test_steering_hook_adds_on_valid_positions_only(tiny_model):
-    from probes.sae_falsification.steering import hf_steer, mechanical_check
+    from interp_probes.sae_falsification.steering import hf_steer, mechanical_check
 
     sae = random_sae(hook="blocks.0.hook_resid_post")
     enc = tiny_model.tokenize(["short", "a longer prompt here"], padding_side="left")

@@ -99,9 +99,9 @@ def test_load_sae_refuses_in_one_line(trained, tmp_path, monkeypatch):
 
 def test_probe_configs_check_sae_specs_before_loading(tmp_path):
     from interp.config import build_config
-    from probes.atoms import AtomsConfig
-    from probes.sae_falsification import SaeFalsificationConfig
-    from probes.self_interp import SelfInterpConfig
+    from interp_probes.atoms import AtomsConfig
+    from interp_probes.sae_falsification import SaeFalsificationConfig
+    from interp_probes.self_interp import SelfInterpConfig
 
     for cls in (AtomsConfig, SaeFalsificationConfig, SelfInterpConfig):
         with pytest.raises(ConfigError, match="sae.source") as e:

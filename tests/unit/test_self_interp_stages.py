@@ -12,9 +12,9 @@ import torch
 
 from interp import Site, weights_digest
 from interp.errors import ConfigError
-from probes.self_interp import SelfInterpConfig, sweep_layers
-from probes.self_interp.adapters import Adapter, n_params
-from probes.self_interp.evaluate import (
+from interp_probes.self_interp import SelfInterpConfig, sweep_layers
+from interp_probes.self_interp.adapters import Adapter, n_params
+from interp_probes.self_interp.evaluate import (
     Retriever,
     bias_share,
     hits_from_ranks,
@@ -24,9 +24,9 @@ from probes.self_interp.evaluate import (
     recall_rows,
     topk_hits,
 )
-from probes.self_interp.inject import PrefixCache, build_template, generate, label_loss, make_batch
-from probes.self_interp.topics import Topic, builtin_topics, split_topics
-from probes.self_interp.train import (
+from interp_probes.self_interp.inject import PrefixCache, build_template, generate, label_loss, make_batch
+from interp_probes.self_interp.topics import Topic, builtin_topics, split_topics
+from interp_probes.self_interp.train import (
     Pairs,
     TrainSettings,
     effective_warmup,
@@ -203,7 +203,7 @@ def test_template_has_two_placeholders_and_separate_quotes(tiny_model):
 
 
 def test_injection_replaces_only_the_placeholder_rows(tiny_model):
-    from probes.self_interp.inject import inject
+    from interp_probes.self_interp.inject import inject
 
     tmpl = build_template(tiny_model)
     ids = torch.tensor([tmpl.ids])
@@ -368,7 +368,7 @@ def test_bias_share():
 def test_prompt_vectors_read_resid_post_at_the_last_real_token(tiny_model):
     from interp import run_with_cache
     from interp.sites import Site
-    from probes.self_interp.vectors import prompt_vectors
+    from interp_probes.self_interp.vectors import prompt_vectors
 
     texts = ["Tell me about chess.", "Tell me about the United States of America."]
     fast = prompt_vectors(tiny_model, texts, [0], templated=False)[0]  # the HF path
@@ -385,7 +385,7 @@ def test_prompt_vectors_read_resid_post_at_the_last_real_token(tiny_model):
 
 
 def test_token_labels_need_a_dominant_token():
-    from probes.self_interp.sae_branch import token_labels
+    from interp_probes.self_interp.sae_branch import token_labels
 
     tops = [[" the"] * 9 + [" a"], [" cat", " dog"] * 5, [], [" Paris"] * 8 + [" France"] * 2, [","] * 10,
             [" rare"] * 3]
@@ -394,7 +394,7 @@ def test_token_labels_need_a_dominant_token():
 
 
 def test_sae_scores_and_scaling(tmp_path):
-    from probes.self_interp.sae_branch import best_hit_score, read_labels, scaled_soft
+    from interp_probes.self_interp.sae_branch import best_hit_score, read_labels, scaled_soft
 
     hits = np.zeros((2, 3, 4), dtype=bool)
     hits[0, 1, :3] = True  # latent 0: best label hits 3 of 4
@@ -419,7 +419,7 @@ def test_sae_branch_windows_start_with_the_models_bos(tiny_model, tmp_path, monk
     import dataclasses
     from types import SimpleNamespace
 
-    from probes.self_interp.sae_branch import _sae_and_tops
+    from interp_probes.self_interp.sae_branch import _sae_and_tops
 
     monkeypatch.setenv("INTERP_CACHE", str(tmp_path))
     cfg = SimpleNamespace(sae_tokens=1000, sae=SimpleNamespace(source="train", steps=5), seed=0, layer=1)
