@@ -25,9 +25,7 @@ def test_inertia_circuitsvis_view_built_once(runs, app_test, monkeypatch):
 
 def test_metric_tiles_fit(runs, app_test):
     """No metric tile's value is longer than a tile in a row of four shows ("0.6265 (0.001…" was cut off)."""
-    from app.common import TILE_CHARS
-
-    long = {}
+    long, TILE_CHARS = {}, 12  # app.common.TILE_CHARS: what a tile in a row of four shows in full
     for probe, ref in sorted(runs.done.items()):
         if probe in runs.errors:
             continue
