@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -276,15 +277,21 @@ def optional_table(run: Run, name: str) -> pd.DataFrame | None:
         return None
 
 
+@st.cache_data(show_spinner=False, max_entries=64)
+def _attention_html(patterns: np.ndarray, tokens: list[str], names: list[str]) -> str:
+    """The view's HTML, built once per (patterns, tokens, names): a (heads, 320, 320) view takes seconds."""
+    from interp.viz import attention_view as view
+
+    return view(patterns, tokens, names).html
+
+
 def attention_view(patterns: Any, tokens: list[str], names: list[str], height: int = 640) -> None:
     """A CircuitsVis attention-heads view (`interp.viz.attention_view`: (heads, n, n) weights over n tokens) in an
     iframe, self-contained (no network); a caption instead when circuitsvis is not installed."""
     import streamlit.components.v1 as components
 
     try:
-        from interp.viz import attention_view as view
-
-        html = view(patterns, tokens, names).html
+        html = _attention_html(np.asarray(patterns, dtype=np.float32), list(tokens), list(names))
     except InterpError as e:
         st.caption(str(e))
         return
@@ -379,6 +386,10 @@ class _Fields:
         return _Field(self.values.get(name))
 
 
+#: The longest value a metric tile in a row of four shows in full.
+TILE_CHARS = 12
+
+
 def metric_row(values: Mapping[str, Any], *tiles: tuple, delta_color: str = "normal") -> None:
     """One row of st.metric tiles, a column each. A tile is (label, value), (label, value, help) or
     (label, value, help, delta). A str value, help or delta is a template over `values` (metrics, timings, a
@@ -388,7 +399,14 @@ def metric_row(values: Mapping[str, Any], *tiles: tuple, delta_color: str = "nor
     fill = lambda text: text.format_map(_Fields(values)) if isinstance(text, str) else text  # noqa: E731
     for col, (label, value, *more) in zip(st.columns(len(tiles)), tiles):
         help_, delta = (*more, None, None)[:2]
-        col.metric(label, fill(value), fill(delta), delta_color=delta_color, help=fill(help_))
+        value, delta, help_, arrow = fill(value), fill(delta), fill(help_), "auto"
+        if isinstance(value, str) and len(value) > TILE_CHARS and delta is None:  # a tile cuts it off: "0.6265 (0.0…"
+            cut = min((i for i in (value.find(" → "), value.find(" ("), value.find(" / ")) if i > 0), default=-1)
+            if cut > 0:  # the first part as the value, the rest as a grey delta, the whole in the help
+                help_ = f"{value}. {help_}" if help_ else value
+                value, delta, arrow = value[:cut], value[cut:].strip(), "off"
+        col.metric(label, value, delta, delta_color="off" if arrow == "off" else delta_color, help=help_,
+                   delta_arrow=arrow)
 
 
 def tabs(run: Run, panels: Mapping[str, Callable[[Run], None]]) -> None:

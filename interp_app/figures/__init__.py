@@ -45,8 +45,10 @@ def token_label(tok: str, max_len: int = 16, escape: bool = True) -> str:
 def _visible(c: str) -> str:
     if c in _WHITESPACE:
         return _WHITESPACE[c]
-    if unicodedata.category(c) in ("Zs", "Zl", "Zp", "Cc", "Cf"):  # other spaces, controls, zero-width
-        return f"\\u{ord(c):04x}"
+    if unicodedata.category(c) in ("Zs", "Zl", "Zp"):  # other spaces (no-break, thin, ...): an open box
+        return "␣"
+    if unicodedata.category(c) in ("Cc", "Cf"):  # controls, zero-width: the code point, no backslash
+        return f"⟨U+{ord(c):04X}⟩"
     return c
 
 

@@ -94,8 +94,8 @@ def filtered(infos: list[RunInfo]) -> list[RunInfo]:
 
 
 def runs_frame(infos: list[RunInfo]) -> pd.DataFrame:
-    """The table of runs: probe, run id, model, status, started, seconds, headline metrics (a list of
-    "name=value", one pill each, so long lists stay readable), error."""
+    """The table of runs: probe, run id, model, status, started, seconds, error, headline metrics (a
+    list of "name=value", one pill each, so long lists stay readable)."""
     rows = [
         {
             "probe": i.probe,
@@ -104,12 +104,12 @@ def runs_frame(infos: list[RunInfo]) -> pd.DataFrame:
             "status": common.status_label(i.status),
             "started": (i.started or "").replace("T", " ")[:19] or None,
             "seconds": i.seconds,
+            "error": i.error or "",  # before the metrics, whose pills would push it off the screen
             "metrics": common.metric_items(i.metrics),
-            "error": i.error or "",
         }
         for i in infos
     ]
-    cols = ["probe", "run id", "model", "status", "started", "seconds", "metrics", "error"]
+    cols = ["probe", "run id", "model", "status", "started", "seconds", "error", "metrics"]
     return pd.DataFrame(rows, columns=cols)
 
 

@@ -182,7 +182,8 @@ def behaviour_panel(run: Run) -> None:
 
 def cpl_panel(run: Run) -> None:
     m = run.metrics
-    st.metric("CPL pairs kept", f"{m.get('n_cpl_pairs', 0)} of {m.get('n_cpl_states', 0)} states")
+    st.metric("CPL pairs kept", m.get("n_cpl_pairs", 0), f"of {m.get('n_cpl_states', 0)} states", delta_color="off",
+              delta_arrow="off")
     st.caption("prompt = the Long-context messages of the state; chosen = the reply under Short; rejected = the "
                "reply under Long (kept when their actions differ). Saved as cpl_pairs.jsonl in the conversational "
                "preference format of DPO trainers.")

@@ -79,9 +79,9 @@ def render(run: Run) -> None:
     st.plotly_chart(F.agreement_scatter(act, attr, layers, labels, rho, heads), key="patching.scatter")
     if name in agree.index:
         row = agree.loc[name]
-        st.caption(f"Mean over pairs: Spearman {_f(row['spearman'])} over {row['n_cells']} cells, "
-                   f"{_f(row['spearman_differing'])} over the {row['n_differing']} cells whose clean and corrupted "
-                   f"activations differ; top-{row['k']} overlap {_f(row['topk_overlap'])}.")
+        st.caption(f"Mean over pairs: Spearman {_f(row['spearman'])} over {int(row['n_cells'])} cells, "
+                   f"{_f(row['spearman_differing'])} over the {int(row['n_differing'])} cells whose clean and "
+                   f"corrupted activations differ; top-{int(row['k'])} overlap {_f(row['topk_overlap'])}.")
 
     st.subheader("Top components (mean over pairs)")
     st.dataframe(top[top["grid"] == name].drop(columns=["grid"]), hide_index=True)

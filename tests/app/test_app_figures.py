@@ -72,7 +72,7 @@ def test_shared_figure_helpers():
     assert numeric_axis(["a", "a"]) == {"tickmode": "array", "tickvals": [0, 1], "ticktext": ["a", "a"]}
     assert token_label(" Paris") == "▁Paris" and token_label("\n\t") == "↵→" and token_label("") == "∅"
     assert token_label("<|im_start|>") == "&lt;|im_start|&gt;" and token_label("<b>", escape=False) == "<b>"
-    assert token_label("\xa0\u200b") == "\\u00a0\\u200b" and token_label("x" * 40) == "x" * 15 + "…"
+    assert token_label("\xa0\u200b") == "␣⟨U+200B⟩" and token_label("x" * 40) == "x" * 15 + "…"
     assert F.rank_ticks(49151)[1] == ["0", "1", "10", "100", "1,000", "10,000"]
 
 
@@ -87,7 +87,7 @@ def test_metric_strings_and_tables(runs):
     arrays = array_summary({"x": np.array([[1.0, np.inf], [3.0, 2.0]], dtype=np.float32), "s": np.array([], np.int8)})
     assert {"array": "x", "shape": "2 × 2", "dtype": "float32", "max": 3.0}.items() <= arrays.iloc[0].to_dict().items()
     frame = runs_frame(list_runs(runs.root))
-    assert list(frame.columns) == ["probe", "run id", "model", "status", "started", "seconds", "metrics", "error"]
+    assert list(frame.columns) == ["probe", "run id", "model", "status", "started", "seconds", "error", "metrics"]
     assert common.status_badge("damaged") == ":red-badge[damaged]" and common.status_label("done") == "✓ done"
 
 
