@@ -48,7 +48,7 @@ def test_topk_table_shows_no_escapes():
     """A no-break space or zero-width token shows as a readable mark, not a literal backslash-u escape."""
     import pandas as pd
 
-    from app.figures.logit_lens import topk_table
+    from interp_probes.logit_lens.figures import topk_table
 
     topk = pd.DataFrame({"layer": [0, 0, 0], "position": [1, 1, 1], "k": [0, 1, 2],
                          "token": ["\xa0Paris", "\u200b", " the"], "prob": [0.5, 0.3, 0.2]})
