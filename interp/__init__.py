@@ -5,6 +5,31 @@ run = interp.run("logit_lens", prompt="The capital of France is")
 run.metrics["final_top1"]            # ' Paris'
 model = interp.load_model("smollm2-135m")
 stats = interp.capture(model, batches, {interp.Site("mlp_post", 3): [interp.AbsMean()]})
+
+The public API is the names of `interp` (`__all__`) and the public modules below; a probe (interp_probes/) or
+the dashboard (interp_app/) imports from nothing else (tests/unit/test_public_surface.py), and every other module,
+`interp._x` above all, may change without notice:
+
+    interp.config      ProbeConfig, build_config and the field types a probe's config declares (Range, Subset, ...)
+    interp.context     RunContext, what every probe gets: model, seeded RNGs, the run's store, progress
+    interp.corpora     the project's own versioned English corpus and its name tables (FEMALE_NAMES, MALE_NAMES)
+    interp.data        text sources: the built-in corpus, .txt/.jsonl files, HF datasets; token windows
+    interp.display     how a metric, a run and a sweep read in a table or a notebook (fmt, _repr_html_)
+    interp.embedder    the packaged sentence embedder (all-MiniLM-L6-v2), when installed
+    interp.errors      the exceptions front ends turn into one-line messages (ConfigError, NumericError, ...)
+    interp.generate    batched greedy decoding and perplexity
+    interp.models      load_model, Model, ModelInfo and model resolution (a package, an index of its modules)
+    interp.precision   dtypes and autocast where the hardware runs them natively
+    interp.registry    @probe and the one list of probes the CLI, sweeps and dashboard read
+    interp.runner      run, and its two halves prepare / execute (validate; then run into a store)
+    interp.sae         SAEs: collect, train, calibrate, encode / decode, save, load, cache (a package)
+    interp.sites       Site, parse_site and the token-first view of an activation
+    interp.store       run directories: Run, RunInfo, list_runs, load_run, atomic writes
+    interp.sweep       sweep files, planning and executors (run_sweep is `interp.run_sweep`)
+    interp.viz         CircuitsVis attention views (the viz extra)
+
+Interventions (ablate, scale, add, patch, steer, patch_batched, edit_weights), capture and gradients are names of
+`interp` itself; their modules (`interp._intervene`, `interp._capture`, `interp.gradients`) are not public.
 """
 
 from __future__ import annotations
@@ -34,6 +59,12 @@ from .runner import run
 from .sites import Site
 from .store import Run, RunInfo, list_runs, load_run
 
+#: The public modules (the docstring's list): what code outside the core may import besides `interp`'s names.
+PUBLIC_MODULES = (
+    "config", "context", "corpora", "data", "display", "embedder", "errors", "generate", "models", "precision",
+    "registry", "runner", "sae", "sites", "store", "sweep", "viz",
+)
+
 _LAZY = {
     "load_model": "interp.models.load",
     "Model": "interp.models.model",
@@ -53,6 +84,10 @@ _LAZY = {
     "scale": "interp._intervene",
     "add": "interp._intervene",
     "patch": "interp._intervene",
+    "steer": "interp._intervene",
+    "Steering": "interp._intervene",
+    "patch_batched": "interp._intervene",
+    "PatchCell": "interp._intervene",
     "edit_weights": "interp._intervene",
     "WeightEdit": "interp._intervene",
     "weights_digest": "interp._intervene",

@@ -10,6 +10,10 @@ Activation edits are context managers over a Model:
 Each edit is a function `edit(x) -> x'` applied to the site's activation viewed as
 ``(batch, pos, *units)``; `intervene` wraps any such function.
 
+Steering adds a vector on a prompt's real tokens, on the hooked forward or on the plain HF model that cached
+generation runs (`steer(model, site, vec, mask, on="hf")`); `patch_batched` runs many activation patches
+(a pair's source activation at one site, position and head each) in a few forward passes.
+
 Weight edits change named slices of HF parameters and put the original bytes back on exit,
 also when the body raises:
 
@@ -25,6 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
+from jaxtyping import Float, Int
 from torch import Tensor
 
 from .sites import Site, token_first, token_restore
@@ -118,6 +123,234 @@ def patch(model, site: Site, source: Tensor, positions: Index = None, index: Ind
         return x
 
     return intervene(model, site, edit)
+
+
+# ============================================================================= steering
+
+
+class Steering:
+    """What `steer` yields: `out`, the edited activation of the last forward that passed the site."""
+
+    out: Tensor | None = None
+
+
+def _steer_edit(vector: Tensor, mask: Tensor | None, record: Steering) -> Callable[[Tensor], Tensor]:
+    """x + vector on the masked positions of the prompt and on every position after it."""
+
+    def edit(x: Tensor) -> Tensor:  # x: (batch, pos, d_model)
+        add = vector.to(x)
+        if mask is None or x.shape[1] < mask.shape[1]:  # no mask, or a cached decoding step (new tokens only)
+            x = x + add
+        else:  # the prompt (as long as the mask), or prompt + generated tokens decoded without a cache
+            extra = x.shape[1] - mask.shape[1]
+            m = mask.to(x.device)
+            if extra:
+                m = torch.cat([m, torch.ones(m.shape[0], extra, dtype=m.dtype, device=x.device)], 1)
+            x = x + add * m[..., None].to(x)
+        record.out = x.detach()
+        return x
+
+    return edit
+
+
+@contextlib.contextmanager
+def steer(
+    model, site: Site, vector: Float[Tensor, " d_model"], mask: Int[Tensor, "batch pos"] | None = None,
+    on: str = "hooked",
+) -> Iterator[Steering]:
+    """Add `vector` to the residual stream at `site` in the enclosed forwards: x' = x + vector * mask.
+
+    `mask` (the prompt's attention mask, 1 on real tokens) limits the edit to those positions of the prompt;
+    positions past it (tokens generated without a cache) and cached decoding steps (shorter than the mask) are
+    all steered; None steers every position. `on="hooked"` edits the hooked forward (`model(...)`,
+    `greedy(..., hooked=True)`); `on="hf"` hangs the edit on the plain HF model (`model.hf`, cached
+    `greedy`), where the hooked backend's hooks never fire: on the decoder layer behind the site
+    (`model.anatomy`; resid_post: its output, resid_pre: its input), so only those two kinds. The yielded
+    `Steering.out` holds the edited activation of the last forward (batch, pos, d_model).
+    """
+    if on not in ("hooked", "hf"):
+        raise ValueError(f"steer on={on!r}: 'hooked' or 'hf'")
+    record = Steering()
+    edit = _steer_edit(vector, mask, record)
+    if on == "hooked":
+        with intervene(model, site, edit):
+            yield record
+        return
+    if site.kind not in ("resid_post", "resid_pre"):
+        raise NotImplementedError(f"steer on='hf' edits resid_pre or resid_post (a decoder layer's input or "
+                                  f"output), not {site.kind}: use on='hooked'")
+    layer = model.anatomy.layers[site.layer]
+    if site.kind == "resid_post":
+        def hook(mod, args, output):
+            if isinstance(output, tuple):
+                return (edit(output[0]), *output[1:])
+            return edit(output)
+
+        handle = layer.register_forward_hook(hook)
+    else:
+        def pre(mod, args, kwargs):
+            if args:
+                return (edit(args[0]), *args[1:]), kwargs
+            kwargs = dict(kwargs)
+            kwargs["hidden_states"] = edit(kwargs["hidden_states"])
+            return args, kwargs
+
+        handle = layer.register_forward_pre_hook(pre, with_kwargs=True)
+    try:
+        yield record
+    finally:
+        handle.remove()
+
+
+# ============================================================================= batched patching
+
+
+@dataclass(frozen=True)
+class PatchCell:
+    """One patch for `patch_batched`: the source run `pair`'s activation at `site`, written into the patched run's
+    row, at position `pos` (-1: every position) and, at an ``attn_z`` site, head `head` (-1 elsewhere: the whole
+    vector)."""
+
+    site: Site
+    pair: int = 0
+    """Row of the source / patched pair in the group (an index into `patch_batched`'s `base_ids`)."""
+    pos: int = -1
+    head: int = -1
+
+
+def _writer(cells: Sequence[PatchCell], rows: Tensor, source: dict[Site, Tensor]) -> Callable[[Tensor], Tensor]:
+    """Hook that writes each cell's source activation into its row (x: (batch, pos, *units))."""
+    site = cells[0].site
+    src = source[site][torch.tensor([c.pair for c in cells])]  # (cells, pos, *units): each cell's own pair
+    head = torch.tensor([c.head for c in cells])
+    pos = torch.tensor([c.pos for c in cells])
+    whole, one = pos < 0, pos >= 0
+
+    def edit(x: Tensor) -> Tensor:
+        x = x.clone()
+        s = src.to(x)
+        r, h, q = rows.to(x.device), head.to(x.device), pos.to(x.device)
+        w, o = whole.to(x.device), one.to(x.device)
+        c = torch.arange(len(r), device=x.device)
+        if site.kind == "attn_z":  # x: (batch, pos, head, d_head); s: (cells, pos, head, d_head)
+            if w.any():
+                x[r[w], :, h[w]] = s[c[w], :, h[w]]  # (cells, pos, d_head)
+            if o.any():
+                x[r[o], q[o], h[o]] = s[c[o], q[o], h[o]]  # (cells, d_head)
+        else:  # x: (batch, pos, d_model); s: (cells, pos, d_model)
+            if w.any():
+                x[r[w]] = s[c[w]]
+            if o.any():
+                x[r[o], q[o]] = s[c[o], q[o]]
+        return x
+
+    return edit
+
+
+def _grower(pairs: list[int]) -> Callable[[Tensor], Tensor]:
+    """Hook at resid_pre: append a copy of its pair's unpatched row (rows 0..g-1) for each cell starting here."""
+    idx = torch.tensor(pairs)
+
+    def grow(x: Tensor) -> Tensor:
+        return torch.cat([x, x[idx.to(x.device)]], 0)
+
+    return grow
+
+
+def _starter(start: Tensor) -> Callable[[Tensor], Tensor]:
+    """Hook at resid_pre of layer 0: the one-row start becomes every pair's residual stream."""
+
+    def begin(x: Tensor) -> Tensor:  # x: (1, pos, d_model) -> (g, pos, d_model)
+        return start.to(x)
+
+    return begin
+
+
+def _chain(steps: list[Callable[[Tensor], Tensor]]) -> Callable[[Tensor], Tensor]:
+    """One hook applying `steps` in order."""
+
+    def hook(x: Tensor) -> Tensor:
+        for step in steps:
+            x = step(x)
+        return x
+
+    return hook
+
+
+def patch_batched(
+    model,
+    base_ids: Int[Tensor, "g pos"],
+    source: dict[Site, Tensor],
+    cells: Sequence[PatchCell],
+    reduce: Callable[[Tensor, Tensor], Tensor],
+    batch_size: int,
+    progress: Callable | None = None,
+    grow: bool | None = None,
+    start: Float[Tensor, "g pos d_model"] | None = None,
+) -> tuple[Float[Tensor, " cell"], int]:
+    """Many patched runs in a few forward passes: `reduce` of each cell's last-position logits (in `cells` order)
+    and the number of forward passes.
+
+    `base_ids` holds the runs to patch (a group of g pairs of one token length; activation patching's corrupted
+    prompts), `source[site]` the activations patched in (g, pos, *units), one per pair, at every site a cell
+    names. `reduce(last_logits (rows, d_vocab), pair (rows,)) -> (rows,)` turns a chunk's logits into values (a
+    metric), so no (cells, d_vocab) tensor is held. `batch_size` cells share one forward.
+
+    Rows join the batch where they start to differ from the base runs. The forward starts with one row; at
+    ``resid_pre`` of layer 0 that row is replaced by `start`, the base residual streams of every pair of the
+    group, and at ``resid_pre`` of layer l the hook appends a copy of a pair's row for every cell of that pair at
+    layer l; the hook at the cell's own site then writes the pair's source activation into the cell's row. Layers
+    before l therefore run once per pair instead of once per cell, and only the last position is unembedded.
+    The causal mask and the rotary tables are built for the one-row start and broadcast to the grown batch (the
+    bridge builds its mask per input row, so the pairs join after the embedding rather than at the input; every
+    pair of a group has the same positions). The nnsight backend keeps every module's batch as it entered (it
+    writes edits back in the traced shape), so there every row runs from the input (``grow=False``, the default
+    off the TransformerLens backend): the same cells and numbers, at the cost of the layers before each cell's.
+    """
+    grow = getattr(model, "backend", "tl") == "tl" if grow is None else grow
+    g = base_ids.shape[0]
+    if grow and g > 1 and start is None:
+        raise ValueError(f"patch_batched grows a group of {g} pairs from their resid_pre of layer 0: pass start")
+    order = sorted(range(len(cells)), key=lambda i: (cells[i].site.layer, i))
+    out = torch.empty(len(cells))
+    chunks = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    for chunk in (progress(chunks) if progress else chunks):
+        hooks = []
+        row_of: dict[int, int] = {}
+        next_row = g  # rows 0..g-1: the pairs' unpatched runs
+        layers = sorted({cells[i].site.layer for i in chunk} | ({0} if grow and g > 1 else set()))
+        for layer in layers:
+            here = [i for i in chunk if cells[i].site.layer == layer]
+            for i in here:
+                row_of[i] = next_row
+                next_row += 1
+            steps = []
+            if grow and g > 1 and layer == 0:
+                steps.append(_starter(start))
+            if grow and here:
+                steps.append(_grower([cells[i].pair for i in here]))
+            by_site: dict[Site, list[int]] = {}
+            for i in here:
+                by_site.setdefault(cells[i].site, []).append(i)
+            at_start = by_site.pop(Site("resid_pre", layer), None)
+            if at_start:
+                steps.append(_writer([cells[i] for i in at_start], torch.tensor([row_of[i] for i in at_start]), source))
+            if steps:
+                hooks.append((Site("resid_pre", layer), _chain(steps)))
+            for site, idx in by_site.items():
+                hooks.append((site, _writer([cells[i] for i in idx], torch.tensor([row_of[i] for i in idx]), source)))
+        pair_of_row = torch.tensor(list(range(g)) + [cells[i].pair for i in sorted(row_of, key=row_of.get)])
+        with torch.no_grad(), model.hooks(hooks):
+            if grow:  # one row in; the pairs join after the embedding; only the last position is unembedded
+                last = model.forward_until(base_ids[:1], Site("resid_post", model.info.n_layers - 1), None)
+                logits = model.unembed(last, last_only=True)  # (g + rows, 1, d_vocab)
+            else:
+                ids = base_ids[pair_of_row.to(base_ids.device)]  # every row from the input
+                logits = model.forward(ids, None)[:, -1:]  # (g + rows, 1, d_vocab)
+        rows = torch.tensor([row_of[i] for i in chunk])
+        vals = reduce(logits[rows.to(logits.device), 0], pair_of_row[rows])
+        out[torch.tensor(chunk)] = vals.cpu()
+    return out, len(chunks)
 
 
 # ============================================================================= weights

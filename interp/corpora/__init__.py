@@ -24,6 +24,7 @@ from interp.errors import ConfigError
 from .gen_people import biography, conversation, letter, short_story
 from .gen_places import building_history, nature_note, town_entry, travel_diary, weather_report
 from .gen_things import event_notice, news_brief, plant_care, product_review, recipe
+from .tables import FEMALE_NAMES, MALE_NAMES  # re-exported: the name lists a probe builds prompts from
 
 VERSION = "1"
 N_GENERATED = 3600
@@ -131,6 +132,7 @@ def manifest(seed: int = 0) -> dict[str, object]:
 
 
 __all__ = [
+    "FEMALE_NAMES", "MALE_NAMES",
     "GENERATORS", "N_GENERATED", "PINNED_SHA256", "VERSION", "corpus_sha256", "corpus_text", "documents",
     "generated", "manifest", "paragraphs", "paragraphs_by_genre", "split_paragraphs",
 ]

@@ -19,6 +19,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from interp import load_sae as load_sae_spec
 from interp.context import RunContext
 from interp.data import corpus_info, load_texts, token_windows
 from interp.errors import ConfigError
@@ -36,7 +37,6 @@ from interp.sae import (
     save_sae,
     train_sae,
 )
-from interp.sae.source import load_sae as load_sae_spec
 from interp.sites import Site
 
 from . import AtomsConfig

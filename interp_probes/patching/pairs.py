@@ -6,7 +6,7 @@ model's own token counter so that every pair is token-aligned:
 
 * ``ioi`` (indirect object): "When Mary and John went to the store, John gave a drink to" -> " Mary"; the
   corrupted prompt repeats the other name ("..., Mary gave a drink to", answer " John"). Names from
-  `interp.corpora.tables`.
+  `interp.corpora`.
 * ``factual``: "The Eiffel Tower is located in the city of" -> " Paris", corrupted with another landmark of
   the same token length ("The Colosseum is located in the city of" -> " Rome").
 * ``capital``: "The capital of France is" -> " Paris", corrupted with another country ("... of Japan is").
@@ -22,7 +22,7 @@ import random
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from interp.corpora.tables import FEMALE_NAMES, MALE_NAMES
+from interp.corpora import FEMALE_NAMES, MALE_NAMES
 from interp.data import read_jsonl
 from interp.errors import ConfigError
 

@@ -26,10 +26,9 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp import run_with_cache
+from interp import capture_grads, run_with_cache
 from interp.context import RunContext
 from interp.errors import ConfigError, NumericError
-from interp.gradients import capture_grads
 from interp.sites import Site
 
 from . import POSITION_SITES, PatchingConfig

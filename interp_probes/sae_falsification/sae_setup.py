@@ -81,7 +81,7 @@ def auxk(cfg) -> dict:
 def load_external(spec: str, device):
     """The SAE `spec` names, through `interp.load_sae`: a SAELens directory, a run directory holding an SAE (e.g.
     atoms'), or `saelens:<release>/<sae_id>` (INTERP_ONLINE=1 only), on `device` (the model's)."""
-    from interp.sae.source import load_sae as load_spec
+    from interp import load_sae as load_spec
 
     return load_spec(spec, device=str(device), field="sae.source")
 

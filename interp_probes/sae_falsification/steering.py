@@ -3,23 +3,23 @@ position, including the positions decoded with the KV cache; greedy batched deco
 explicit position ids and the tokenizer's attention mask; gamma 0 (the unsteered model) runs once for all
 features. Accuracy from the last integer of the output; style = how many reasoning-detector families it shows.
 
-Cached decoding runs on the plain HF model (where the bridge's hooks never fire), so the edit is a torch hook on
-the HF decoder layer behind the SAE's site (resid_post: the layer's output; resid_pre: its input). Other site
-kinds decode through the hooked bridge without a cache (slow, but the same edit). The mechanical check re-encodes
-the residual the edit actually produced at the hook.
+Cached decoding runs on the plain HF model (where the bridge's hooks never fire), so the edit is the core's
+`interp.steer(..., on="hf")` on the HF decoder layer behind the SAE's site (resid_post: the layer's output;
+resid_pre: its input). Other site kinds decode through the hooked bridge without a cache (`on="hooked"`; slow, but
+the same edit). The mechanical check re-encodes the residual the edit actually produced at the hook.
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor
 
+from interp import steer as steer_at
 from interp.generate import greedy
 from interp.sae import encode
 from interp.sites import Site
@@ -28,57 +28,6 @@ from .acts import valid_positions
 from .checks import n_families
 
 PROMPT = "Solve the problem. Give the final answer as a number.\n\n{q}"
-
-
-@contextlib.contextmanager
-def hf_steer(model, site: Site, vec: Tensor, state: dict) -> Iterator[None]:
-    """Add `vec` at `site` of the plain HF model on valid positions (state["mask"]: the prompt's attention mask;
-    later single-token steps are all valid). state["out"] receives the edited activation of the last call."""
-
-    def edit(x: Tensor) -> Tensor:
-        mask = state.get("mask")
-        add = vec.to(x)
-        if mask is not None and x.shape[1] == mask.shape[1]:
-            x = x + add * mask[..., None].to(x)
-        else:
-            x = x + add
-        state["out"] = x.detach()
-        return x
-
-    layer = model.layer_module(site.layer)
-    if site.kind == "resid_post":
-        def hook(mod, args, output):
-            if isinstance(output, tuple):
-                return (edit(output[0]), *output[1:])
-            return edit(output)
-
-        handle = layer.register_forward_hook(hook)
-    elif site.kind == "resid_pre":
-        def pre(mod, args, kwargs):
-            if args:
-                return (edit(args[0]), *args[1:]), kwargs
-            kwargs = dict(kwargs)
-            kwargs["hidden_states"] = edit(kwargs["hidden_states"])
-            return args, kwargs
-
-        handle = layer.register_forward_pre_hook(pre, with_kwargs=True)
-    else:
-        raise NotImplementedError(site.kind)
-    try:
-        yield
-    finally:
-        handle.remove()
-
-
-def _masked_add(vec: Tensor, mask: Tensor):
-    """x + vec on the prompt's real tokens and on every generated position (the uncached hooked path)."""
-
-    def edit(x: Tensor) -> Tensor:
-        extra = x.shape[1] - mask.shape[1]
-        m = torch.cat([mask.to(x.device), torch.ones(mask.shape[0], extra, dtype=mask.dtype, device=x.device)], 1)
-        return x + vec.to(x) * m[..., None].to(x)
-
-    return edit
 
 
 def last_int(text: str) -> int | None:
@@ -104,16 +53,13 @@ def steer(model, sae, site: Site, problems: Sequence[tuple[str, int]], features:
         vec = torch.zeros(model.info.d_model) if f < 0 else g * f_max[f] * sae.W_dec[f].detach().float().cpu()
         outs: list[list[int]] = []
         for enc in encs:
-            state = {"mask": enc["attention_mask"]}
             if f < 0:
                 outs += greedy(model, enc, max_new)
             elif fast:
-                with hf_steer(model, site, vec.to(model.device), state):
+                with steer_at(model, site, vec.to(model.device), enc["attention_mask"], on="hf"):
                     outs += greedy(model, enc, max_new)
             else:
-                from interp import intervene
-
-                with intervene(model, site, _masked_add(vec, enc["attention_mask"])):
+                with steer_at(model, site, vec, enc["attention_mask"], on="hooked"):
                     outs += greedy(model, enc, max_new, hooked=True)
         for pid, (ids, (_, ans)) in enumerate(zip(outs, problems)):
             text = model.tokenizer.decode(ids, skip_special_tokens=True)
@@ -138,11 +84,10 @@ def mechanical_check(model, sae, site: Site, enc: dict, f: int, gamma: float, fm
     valid = valid_positions(am)
     clean = site_activations(model, site, ids, am)
     if fast:
-        state = {"mask": am}
         pos = (am.long().cumsum(-1) - 1).clamp(min=0)
-        with hf_steer(model, site, vec.to(model.device), state):
+        with steer_at(model, site, vec.to(model.device), am, on="hf") as steering:
             model.hf(input_ids=ids, attention_mask=am, position_ids=pos)
-        steered = state["out"]
+        steered = steering.out
     else:
         steered = clean + vec.to(clean) * am[..., None].to(clean)
     a0 = encode(sae, clean[valid])[:, f].float()

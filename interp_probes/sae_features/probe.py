@@ -20,12 +20,12 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from interp import load_sae
 from interp.context import RunContext
 from interp.data import builtin_corpus, corpus_info, load_texts, token_windows
 from interp.errors import ConfigError, NumericError
 from interp.sae import SAETrainConfig, cached_sae, collect_activations, encode, sae_metadata, sae_site, save_sae
 from interp.sae import train_sae as train
-from interp.sae.source import load_sae
 from interp.sites import Site, parse_site
 
 from . import SaeFeaturesConfig

@@ -185,9 +185,9 @@ def _sample(model, prompts: list[str], cfg, max_new: int = 48, batch: int = 16) 
 
 def _sae_and_tops(model, site: Site, cfg, ctx):
     """The SAE (cached, or trained on the built-in corpus) and each latent's top-activating (token, context)."""
+    from interp import load_sae as load_sae_spec
     from interp.data import builtin_corpus, token_windows
     from interp.sae import SAETrainConfig, cached_sae, collect_activations, encode
-    from interp.sae.source import load_sae as load_sae_spec
 
     seq_len = 64
     n_seqs = max(8, cfg.sae_tokens // seq_len)
