@@ -30,15 +30,7 @@ from .checks import ALL_FLAGS, Context, words
 from .corpora import NAMES, Sample, build_corpora, reasoning_problem, steering_problems
 from .detection import detect, family_auc, oracle_auc
 from .generator import make_generator
-from .injection import (
-    REF_POOL,
-    control_pool,
-    draw_control,
-    injection_jobs,
-    match_ngram,
-    score_rows,
-    summarize_feature,
-)
+from .injection import REF_POOL, control_pool, draw_control, injection_jobs, match_ngram, score_rows, summarize_feature
 from .loop import LoopFeature, run_loop
 from .sae_setup import data_key, obtain_sae, pad_token_id, quality_gates, texts_sha
 from .steering import steer

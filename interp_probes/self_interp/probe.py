@@ -22,24 +22,12 @@ from interp.precision import autocast, autocast_dtype, inference_autocast
 from . import SelfInterpConfig, sweep_layers
 from .adapters import Adapter
 from .artifacts import save_adapters, save_vectors, topics_frame
-from .evaluate import (
-    Retriever,
-    generations_frame,
-    hits_from_ranks,
-    logit_lens_ranks,
-    recall_rows,
-)
+from .evaluate import Retriever, generations_frame, hits_from_ranks, logit_lens_ranks, recall_rows
 from .inject import PrefixCache, Template, build_template, generate, inject
 from .summary import summarize, timings
 from .topics import Topic, load_topics, split_topics
 from .train import Pairs, TrainSettings, identity_sweep, train_adapter
-from .vectors import (
-    embedding_vectors,
-    first_tokens,
-    logit_lens_tokens,
-    median_embedding_norm,
-    topic_vectors,
-)
+from .vectors import embedding_vectors, first_tokens, logit_lens_tokens, median_embedding_norm, topic_vectors
 
 
 def run(cfg: SelfInterpConfig, ctx: RunContext) -> None:
