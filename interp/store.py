@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import errno
-import hashlib
 import json
-import math
 import os
 import re
 import secrets
@@ -23,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._files import _now, atomic_write, atomic_write_text, jsonable, read_parsed, sha256_file  # noqa: F401  (re-exported)
 from .errors import DamagedRun, InterpError
 
 SCHEMA = 1
@@ -35,52 +34,6 @@ ARTIFACT_SUFFIXES = (".safetensors", ".parquet", ".json", ".jsonl")
 def default_root() -> Path:
     """The artifacts root: $INTERP_OUT or ./artifacts."""
     return Path(os.environ.get("INTERP_OUT", "artifacts"))
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Call write(tmp) on a temporary sibling of `path`, fsync it, then os.replace into place."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
-
-
-def jsonable(obj: Any) -> Any:
-    """Plain JSON types: numpy/torch scalars to Python, non-finite floats to None."""
-    if isinstance(obj, Mapping):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if hasattr(obj, "tolist") and not isinstance(obj, (str, bytes)):
-        return jsonable(obj.tolist())
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, (str, int, bool)) or obj is None:
-        return obj
-    return str(obj)
 
 
 def check_name(name: str, what: str = "artifact name") -> str:
@@ -320,13 +273,8 @@ def _pid_alive(pid: int) -> bool:
 
 def read_manifest(run_dir: Path) -> dict[str, Any]:
     """The parsed manifest; DamagedRun when it is missing or not valid JSON."""
-    path = Path(run_dir) / MANIFEST
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DamagedRun(f"{run_dir}: no {MANIFEST}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DamagedRun(f"{run_dir}: {MANIFEST} is not valid JSON ({e})") from None
+    manifest = read_parsed(Path(run_dir) / MANIFEST, json.loads, json.JSONDecodeError, DamagedRun,
+                           f"{run_dir}: no {MANIFEST}", lambda e: f"{run_dir}: {MANIFEST} is not valid JSON ({e})")
     if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
         raise DamagedRun(f"{run_dir}: {MANIFEST} has no schema {SCHEMA}")
     return manifest

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._files import read_parsed
 from ..errors import InterpError
 
 try:
@@ -56,12 +57,9 @@ class Point:
 def load_sweep(path: str | Path) -> SweepSpec:
     """Parse and check a sweep file; InterpError naming the problem."""
     path = Path(path)
-    try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InterpError(f"sweep file {str(path)!r} does not exist") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise InterpError(f"sweep file {str(path)!r} is not valid TOML: {e}") from None
+    where = f"sweep file {str(path)!r}"
+    doc = read_parsed(path, tomllib.loads, tomllib.TOMLDecodeError, InterpError,
+                      f"{where} does not exist", lambda e: f"{where} is not valid TOML: {e}")
     unknown = set(doc) - {"probe", "name", "base", "grid", "zip", "models"}
     if unknown:
         raise InterpError(f"sweep file: unknown keys {sorted(unknown)}; allowed: probe, name, base, grid, zip, models")

@@ -49,23 +49,21 @@ def cohen_d_avg(inj: np.ndarray, base: np.ndarray, ddof: int = 1, constant: floa
 def student_p(a: np.ndarray, b: np.ndarray) -> float:
     """Two-sided Student t-test p (pooled variance, scipy's default; the released code's injection test); the same
     constant-side rule as `welch_p`."""
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    if a.var() == 0 and b.var() == 0:
-        return 1.0 if a.mean() == b.mean() else 0.0
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        p = float(stats.ttest_ind(a, b, equal_var=True).pvalue)
-    return p if np.isfinite(p) else 1.0
+    return _ttest_p(a, b, equal_var=True)
 
 
 def welch_p(a: np.ndarray, b: np.ndarray) -> float:
     """Two-sided Welch t-test p (1 when both sides are constant and equal, 0 when constant and different)."""
+    return _ttest_p(a, b, equal_var=False)
+
+
+def _ttest_p(a: np.ndarray, b: np.ndarray, equal_var: bool) -> float:
     a, b = np.asarray(a, float), np.asarray(b, float)
     if a.var() == 0 and b.var() == 0:
         return 1.0 if a.mean() == b.mean() else 0.0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+        p = float(stats.ttest_ind(a, b, equal_var=equal_var).pvalue)
     return p if np.isfinite(p) else 1.0
 
 

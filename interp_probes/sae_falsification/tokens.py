@@ -7,7 +7,7 @@ in T_f), normalised entropy of the activation mass over tokens, and the top n-gr
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -83,16 +83,7 @@ def analyse_tokens(codes: SparseCodes, ids: np.ndarray, valid: np.ndarray, featu
 def _ngrams(high: pd.DataFrame, ids: np.ndarray, valid: np.ndarray, width: int, n: int) -> dict:
     """(prev, tok), (tok, next) and (prev, tok, next) around high positions of T_f tokens, with counts."""
     before, after, tri = Counter(), Counter(), Counter()
-    for s, p in zip(high["sample"].to_numpy(), high["pos"].to_numpy()):
-        t = int(ids[s, p])
-        prev = int(ids[s, p - 1]) if p >= 1 else None
-        nxt = int(ids[s, p + 1]) if p + 1 < width and valid[s, p + 1] else None
-        if prev is not None:
-            before[(prev, t)] += 1
-        if nxt is not None:
-            after[(t, nxt)] += 1
-        if prev is not None and nxt is not None:
-            tri[(prev, t, nxt)] += 1
+    _count_ngrams(ids, zip(high["sample"].to_numpy(), high["pos"].to_numpy()), width, valid, before, after, tri)
     key = lambda kv: (-kv[1], kv[0])  # noqa: E731
     return {"bigram_before": sorted(before.items(), key=key)[:n], "bigram_after": sorted(after.items(), key=key)[:n],
             "trigram": sorted(tri.items(), key=key)[:n]}
@@ -106,16 +97,7 @@ def frequent_ngrams(ids: np.ndarray, valid: np.ndarray, top: Sequence[int], n: i
     real[:, 0] = ids.shape[1] > 0  # position 0 is a real token: fine as context, never scored
     hit = np.isin(ids, np.asarray(top)) & valid
     bi, tri = Counter(), Counter()
-    for s, p in zip(*np.nonzero(hit)):
-        t = int(ids[s, p])
-        prev = int(ids[s, p - 1]) if p >= 1 else None
-        nxt = int(ids[s, p + 1]) if p + 1 < ids.shape[1] and real[s, p + 1] else None
-        if prev is not None:
-            bi[(prev, t)] += 1
-        if nxt is not None:
-            bi[(t, nxt)] += 1
-        if prev is not None and nxt is not None:
-            tri[(prev, t, nxt)] += 1
+    _count_ngrams(ids, zip(*np.nonzero(hit)), ids.shape[1], real, bi, bi, tri)
     key = lambda kv: (-kv[1], kv[0])  # noqa: E731
     return {"frequent_bigram": sorted(bi.items(), key=key)[:n], "frequent_trigram": sorted(tri.items(), key=key)[:n]}
 
@@ -149,3 +131,19 @@ def top_contexts(codes: SparseCodes, sample_max: np.ndarray, ids: np.ndarray, va
                              "max_act": float(sample_max[s, f]),
                              "tokens": [decode(int(t)) for t in ids[s, :length]], "acts": acts.tolist()})
     return pd.DataFrame(rows)
+
+
+def _count_ngrams(ids: np.ndarray, positions: Iterable[tuple[int, int]], width: int, next_ok: np.ndarray,
+                  before: Counter, after: Counter, tri: Counter) -> None:
+    """Count (prev, tok) into `before`, (tok, next) into `after` and (prev, tok, next) into `tri` at each (sample,
+    position); the next token only below `width` and where `next_ok` holds."""
+    for s, p in positions:
+        t = int(ids[s, p])
+        prev = int(ids[s, p - 1]) if p >= 1 else None
+        nxt = int(ids[s, p + 1]) if p + 1 < width and next_ok[s, p + 1] else None
+        if prev is not None:
+            before[(prev, t)] += 1
+        if nxt is not None:
+            after[(t, nxt)] += 1
+        if prev is not None and nxt is not None:
+            tri[(prev, t, nxt)] += 1

@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+from sae_data import sparse_data
 
 from interp.errors import ConfigError
 from interp.sae import (
@@ -29,15 +30,6 @@ from interp.sae import (
 )
 from interp.sae.kernel import _SAEForward
 from interp.sites import KINDS, Site
-
-
-def sparse_data(n=4000, d_in=16, n_atoms=48, k=2, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    D = torch.randn(n_atoms, d_in, generator=g)
-    D /= D.norm(dim=-1, keepdim=True)
-    idx = torch.rand(n, n_atoms, generator=g).topk(k, dim=-1).indices
-    codes = torch.zeros(n, n_atoms).scatter_(1, idx, 1 + torch.rand(n, k, generator=g))
-    return codes @ D + 0.5
 
 
 def small_cfg(arch, **kw):

@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from sae_data import sparse_data
 
 import interp
 from interp.errors import ConfigError
@@ -16,18 +17,9 @@ from interp.store import RunWriter
 META = {"hook_name": "blocks.0.hook_resid_post", "model_name": "t"}
 
 
-def sparse_data(n=3000, d_in=16, n_atoms=40, k=2, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    D = torch.randn(n_atoms, d_in, generator=g)
-    D /= D.norm(dim=-1, keepdim=True)
-    idx = torch.rand(n, n_atoms, generator=g).topk(k, dim=-1).indices
-    codes = torch.zeros(n, n_atoms).scatter_(1, idx, 1 + torch.rand(n, k, generator=g))
-    return codes @ D
-
-
 @pytest.fixture(scope="module")
 def trained():
-    x = sparse_data()
+    x = sparse_data(n=3000, n_atoms=40, offset=0.0)
     cfg = SAETrainConfig(architecture="jumprelu", d_sae=48, steps=60, batch=128, lr=3e-3, target_l0=3.0,
                          calib_tokens=1024, controller_every=10)
     return train_sae(x, cfg, metadata=META), x

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from sae_data import sparse_data
 
 import interp.sae
 from interp.errors import ConfigError
@@ -51,14 +52,6 @@ def test_lr_schedule_is_transformers_cosine_only_without_warmup():
     assert sum(a != b for a, b in zip(scaled, hf_lrs(cfg, 3.0))) > 0
 
 
-def sparse_data(n=2000, d_in=16, n_atoms=48, k=2, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    D = torch.randn(n_atoms, d_in, generator=g)
-    D /= D.norm(dim=-1, keepdim=True)
-    idx = torch.rand(n, n_atoms, generator=g).topk(k, dim=-1).indices
-    return torch.zeros(n, n_atoms).scatter_(1, idx, 1 + torch.rand(n, k, generator=g)) @ D + 0.5
-
-
 def saelens_cfg(**kw) -> SAETrainConfig:
     base = dict(architecture="standard", d_sae=32, steps=30, batch=128, lr=3e-3, target_l0=3.0, k=3,
                 calib_tokens=1024, controller_every=10, trainer="saelens", sparsity_coeff=1e-3)
@@ -69,7 +62,7 @@ def saelens_cfg(**kw) -> SAETrainConfig:
 def test_saelens_trainer_through_fit_trains_and_calibrates():
     from bench.sae import train_saelens
 
-    sae = train_sae(sparse_data(), saelens_cfg(), fit=train_saelens)
+    sae = train_sae(sparse_data(n=2000), saelens_cfg(), fit=train_saelens)
     info = sae.cfg.metadata.interp_training
     assert info["tokens_per_s"] > 0 and info["config"]["trainer"] == "saelens"
     assert abs(info["l0_train_calibrated"] - 3.0) <= 0.15 + 1e-6, info["l0_train_calibrated"]
