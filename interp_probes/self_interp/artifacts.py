@@ -16,7 +16,7 @@ from .topics import Topic
 from .vectors import first_tokens
 
 if TYPE_CHECKING:
-    from .probe import Experiment, LayerResult
+    from .state import Experiment, LayerResult
 
 
 def save_vectors(ctx: RunContext, vectors: Tensor, mean: Tensor, controls: LayerResult, layer: int,

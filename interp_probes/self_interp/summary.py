@@ -18,7 +18,7 @@ from .inject import PrefixCache, label_loss, make_batch
 from .vectors import first_tokens
 
 if TYPE_CHECKING:
-    from .probe import Experiment, LayerResult
+    from .state import Experiment, LayerResult
 
 CORE = ("identity", "bias_only", "scalar_affine")
 
