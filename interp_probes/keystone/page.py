@@ -201,7 +201,7 @@ def stability_panel(run: Run) -> None:
 def tf_panel(run: Run) -> None:
     common.metric_row(
         run.timings,
-        ("per-step loop", "{tf_per_step_s} s"),
+        ("per-step regeneration (padded to the pass)", "{tf_per_step_s} s"),
         ("one teacher-forced pass", "{tf_one_pass_s} s"),
         ("speed-up", "{teacher_forced_speedup}"),
     )

@@ -146,7 +146,7 @@ def _model_and_sae(model_name: str, sae_dir: str):
     from interp.sae import load_sae, sae_site
 
     model = load_model(model_name, device="cpu")
-    sae = load_sae(sae_dir)
+    sae = load_sae(sae_dir, device="cpu")  # beside the page's CPU model
     return model, sae, sae_site(sae)
 
 

@@ -54,7 +54,7 @@ def run_cell(probe: str, model_dir: Path, out: Path, via_cli: bool = False) -> d
     except Exception as e:
         tb = traceback.extract_tb(e.__traceback__)
         where = next((f"{Path(f.filename).name}:{f.lineno}" for f in reversed(tb) if "/interp/" in f.filename
-                      or "/probes/" in f.filename), "")
+                      or "/interp_probes/" in f.filename), "")
         return {"status": "crash", "why": f"{type(e).__name__}: {e}".splitlines()[0][:300], "where": where,
                 "s": round(time.perf_counter() - t, 1)}
 

@@ -269,10 +269,10 @@ def lint_source(src: str, path: str = "<src>", probe: bool = True) -> list[Findi
     return _Lint(path, src.splitlines(), probe).run(ast.parse(src))
 
 
-def lint_tree(root: Path, dirs: Iterable[str] = ("interp", "probes", "bench", "app")) -> list[Finding]:
+def lint_tree(root: Path, dirs: Iterable[str] = ("interp", "interp_probes", "bench", "interp_app")) -> list[Finding]:
     out: list[Finding] = []
     for d in dirs:
         for p in sorted((root / d).rglob("*.py")):
             rel = p.relative_to(root).as_posix()
-            out += lint_source(p.read_text(), rel, probe=rel.startswith("probes/"))
+            out += lint_source(p.read_text(), rel, probe=rel.startswith("interp_probes/"))
     return out

@@ -106,7 +106,7 @@ def test_a_sweep_and_the_dashboard_see_consistent_runs(tmp_path, tiny_model_dir,
     def render_once(infos: list[RunInfo]) -> None:
         if rendered or not any(i.status == "done" for i in infos):
             return
-        at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=120).run()
+        at = AppTest.from_file(str(ROOT / "interp_app" / "main.py"), default_timeout=120).run()
         assert not at.exception, at.exception
         assert [t.value for t in at.title] == ["Runs"]
         rendered.append(list(at.dataframe[0].value["status"]))

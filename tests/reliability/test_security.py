@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ["interp", "probes", "app"]
+PACKAGES = ["interp", "interp_probes", "interp_app"]
 BAD = [
     (re.compile(r"\bpickle\.loads?\("), "pickle.load"),
     (re.compile(r"\bcloudpickle\.loads?\("), "cloudpickle.load"),
