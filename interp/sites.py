@@ -106,6 +106,17 @@ _FORWARD = ("resid_pre", "attn_in", "attn_q", "attn_k", "attn_v", "attn_rot_q", 
             "resid_post")
 
 
+_NORM_SCALE = re.compile(r"^(blocks\.\d+\.ln[^.]*|ln_final)\.hook_scale$")
+_PATTERN = re.compile(r"^blocks\.\d+\.attn\.hook_pattern$")
+
+
+def linearizing_points(hook_names: list[str]) -> list[str]:
+    """The hook points whose values, held fixed, make the residual stream linear in what the MLPs and embeddings
+    write (the local replacement model of attribution graphs): every block norm's and the final norm's
+    denominator (`ln*.hook_scale`; a q/k norm only feeds the pattern) and every attention pattern."""
+    return sorted(n for n in hook_names if _NORM_SCALE.match(n) or _PATTERN.match(n))
+
+
 def forward_rank(site: Site) -> tuple[int, int]:
     """Where `site` fires along the forward (sortable): embed first, then layer by layer, then final and logits."""
     if site.layer is None:

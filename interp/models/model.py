@@ -87,22 +87,40 @@ class Model:
         Hooks go straight onto the bridge's HookPoints (looked up once per model): the bridge's own
         `hooks()` rebuilds its alias table for every hook added (~50 ms each, 1.2 s for 180 hooks).
         """
+        named = []
+        for site, fn in pairs:
+            self.check_site(site)
+            named.append((self.served(site).tl_name, fn, site))
+        with self._hooks_by_name(named):
+            yield
+
+    @contextlib.contextmanager
+    def hooks_by_name(self, pairs: Sequence[tuple[str, HookFn]]) -> Iterator[None]:
+        """`hooks` at TransformerLens hook names (from `interp.sites`: e.g. `linearizing_points`), for plumbing
+        that no `Site` kind names."""
+        with self._hooks_by_name([(name, fn, name) for name, fn in pairs]):
+            yield
+
+    @contextlib.contextmanager
+    def _hooks_by_name(self, named: Sequence[tuple[str, HookFn, Any]]) -> Iterator[None]:
         points = self._hook_points()
         level = next(_HOOK_LEVELS)
         added = []
         try:
-            for site, fn in pairs:
-                self.check_site(site)
-                name = self.served(site).tl_name
+            for name, fn, what in named:
                 self.bridge.check_hooks_to_add(name)  # gated-off points raise, as bridge.hooks() does
                 if name not in points:
-                    raise KeyError(f"{self.info.name} has no hook point {name!r} (site {site})")
+                    raise KeyError(f"{self.info.name} has no hook point {name!r} ({what})")
                 points[name].add_hook((lambda f: lambda x, hook: f(x))(fn), dir="fwd", level=level)
                 added.append(points[name])
             yield
         finally:
             for hp in added:
                 hp.remove_hooks(dir="fwd", level=level)
+
+    def hook_names(self) -> list[str]:
+        """Every hook point name of the bridge (canonical names and aliases)."""
+        return list(self._hook_points())
 
     def _hook_points(self) -> dict[str, Any]:
         if getattr(self, "_points", None) is None:

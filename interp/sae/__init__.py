@@ -32,6 +32,10 @@ One concern a module:
 - `calibrate`: L0 calibration and firing densities;
 - `io`: building SAELens SAEs from weights, folding a transform in, metadata, save / load / round trip;
 - `cache`: `cached_sae` and its key;
+- `transcoder`: `Transcoders`, a set of per-layer, skip or cross-layer transcoders (MLP input -> MLP output), saved
+  as SAELens transcoders where SAELens has the class and in circuit-tracer's layout otherwise;
+- `transcoder_train`: `train_transcoders` on (MLP input, MLP output) pairs, `transcoder_quality` (FVE, L0, dead
+  fraction, spliced-in loss against clean and zero-ablation), `cached_transcoders`;
 - `source`: `load_sae(spec)` for a SAELens directory, a run directory or a SAELens release id (what
   `interp.load_sae` is), and `resolve_sae_spec`, its torch-free check.
 
@@ -71,6 +75,14 @@ _LAZY = {
     "save_sae": "io",
     "cached_sae": "cache",
     "sae_cache_key": "cache",
+    "TranscoderTrainConfig": "config",
+    "TranscoderSpec": "transcoder",
+    "Transcoders": "transcoder",
+    "load_transcoders": "transcoder",
+    "save_transcoders": "transcoder",
+    "train_transcoders": "transcoder_train",
+    "transcoder_quality": "transcoder_train",
+    "cached_transcoders": "transcoder_train",
 }
 """Public name -> the submodule that defines it. `load_sae` here loads a SAELens directory; the spec loader
 (directories, runs, releases) is `interp.sae.source.load_sae`, exported as `interp.load_sae`."""

@@ -141,4 +141,53 @@ class SAETrainConfig:
         return d
 
 
-__all__ = ["ARCHITECTURES", "SAETrainConfig"]
+TRANSCODER_KINDS = ("plt", "skip", "clt")
+
+
+@dataclass(frozen=True)
+class TranscoderTrainConfig:
+    """How to train a transcoder set (`interp.sae.train_transcoders`). Every field enters the cache key."""
+
+    kind: Literal["plt", "skip", "clt"] = "plt"
+    """plt: one transcoder per layer; skip: plus a linear skip path W_skip x; clt: cross-layer (layer l's features
+    write to every layer l' >= l)."""
+    activation: Literal["jumprelu", "topk"] = "jumprelu"
+    """jumprelu: threshold + L0 penalty (straight-through, as the SAEs); topk: the k largest, no penalty."""
+    d_transcoder: int = 2048
+    """Features per layer."""
+    steps: int = 1000
+    """Optimiser steps (every layer trains in each step)."""
+    batch: int = 512
+    """Tokens per step."""
+    lr: float = 1e-3
+    """Adam learning rate (peak; linear warm-up over 5 % of the steps, cosine decay)."""
+    target_l0: float = 16.0
+    """Mean active features per token and layer the L0 controller aims at (jumprelu)."""
+    k: int = 16
+    """Active features per token and layer (topk)."""
+    bandwidth: float = 0.05
+    """Width of JumpReLU's straight-through window, in units of the pre-activation."""
+    controller_rate: float = 0.2
+    """L0 coefficient update every 25 steps: coeff *= exp(rate * clip((L0 - target) / target, -1, 1))."""
+    seed: int = 0
+    """Seed of the initialisation and the batch order."""
+
+    def validate(self) -> None:
+        if self.kind not in TRANSCODER_KINDS:
+            raise ConfigError("kind", self.kind, "one of " + ", ".join(TRANSCODER_KINDS))
+        if self.activation not in ("jumprelu", "topk"):
+            raise ConfigError("activation", self.activation, '"jumprelu" or "topk"')
+        for name in ("d_transcoder", "steps", "batch", "k"):
+            if getattr(self, name) < 1:
+                raise ConfigError(name, getattr(self, name), "a positive integer")
+        if self.lr <= 0 or self.target_l0 <= 0 or self.bandwidth <= 0:
+            raise ConfigError("lr", (self.lr, self.target_l0, self.bandwidth),
+                              "positive lr, target_l0 and bandwidth")
+        if self.k > self.d_transcoder:
+            raise ConfigError("k", self.k, f"at most d_transcoder={self.d_transcoder}")
+
+    def key(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+__all__ = ["ARCHITECTURES", "TRANSCODER_KINDS", "SAETrainConfig", "TranscoderTrainConfig"]

@@ -1,0 +1,222 @@
+"""Transcoders: sparse replacements of a model's MLPs, per layer (PLT), with a skip path, or cross-layer (CLT).
+
+A transcoder reads the MLP's input at layer l, x_l = the `mlp_in` site (the residual stream after the MLP's own
+normalisation, so nothing is folded in), and writes an estimate of the MLP's output y_l' (the `mlp_out` site):
+
+    a_l = act(x_l W_enc[l] + b_enc[l])                      (act: JumpReLU with threshold theta, or TopK)
+    y_hat_l' = sum_{l <= l'} a_l W_dec[l -> l'] + b_dec[l'] (+ x_l' W_skip[l']^T for a skip transcoder)
+
+A per-layer transcoder (PLT) has only l' = l; a cross-layer transcoder (CLT) has a decoder for every l' >= l.
+`Transcoders` holds one set (every layer of a model, or the layers it covers); its layout is circuit-tracer's
+(decoderesearch/circuit-tracer, `SingleLayerTranscoder` / `CrossLayerTranscoder`): W_enc (F, d_in) per layer,
+W_dec (F, n_out, d_out) with n_out = 1 (PLT) or n_layers - l (CLT), W_skip (d_out, d_in).
+
+Saved as SAELens transcoder directories where SAELens has the class (JumpReLU PLT: `JumpReLUTranscoder`,
+skip: `JumpReLUSkipTranscoder`, one directory `layer_<l>` each, `sae_lens.SAE.load_from_disk` loads them), and in
+circuit-tracer's layout otherwise (TopK, CLT: `W_enc_<l>.safetensors` / `W_dec_<l>.safetensors` with its key
+names, and its `config.yaml`). `load_transcoders` reads both; `interp_transcoders.json` says which it is.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from jaxtyping import Float
+from torch import Tensor, nn
+
+KINDS = ("plt", "skip", "clt")
+ACTIVATIONS = ("jumprelu", "topk")
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TranscoderSpec:
+    """The shape of a transcoder set (what `Transcoders.__init__` needs)."""
+
+    kind: Literal["plt", "skip", "clt"]
+    activation: Literal["jumprelu", "topk"]
+    n_layers: int
+    d_in: int
+    d_out: int
+    d_transcoder: int
+    k: int = 16
+    """Active features per token (topk)."""
+
+    def n_out(self, layer: int) -> int:
+        """Output layers of layer `layer`'s features: 1 (PLT, skip) or n_layers - layer (CLT)."""
+        return self.n_layers - layer if self.kind == "clt" else 1
+
+
+class Transcoders(nn.Module):
+    """A set of transcoders, one per layer; see the module docstring for the maths."""
+
+    def __init__(self, spec: TranscoderSpec, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32):
+        super().__init__()
+        s = spec
+        if s.kind not in KINDS or s.activation not in ACTIVATIONS:
+            raise ValueError(f"transcoders: kind {s.kind!r} / activation {s.activation!r}; known {KINDS} / "
+                             f"{ACTIVATIONS}")
+        self.spec = s
+        kw = dict(device=device, dtype=dtype)
+        L, F = s.n_layers, s.d_transcoder
+        self.W_enc = nn.Parameter(torch.zeros(L, F, s.d_in, **kw))  # (layer, F, d_in)
+        self.b_enc = nn.Parameter(torch.zeros(L, F, **kw))
+        self.threshold = nn.Parameter(torch.zeros(L, F, **kw), requires_grad=False)  # jumprelu only
+        self.W_dec = nn.ParameterList([nn.Parameter(torch.zeros(F, s.n_out(layer), s.d_out, **kw))
+                                       for layer in range(L)])  # per layer (F, n_out, d_out)
+        self.b_dec = nn.Parameter(torch.zeros(L, s.d_out, **kw))
+        self.W_skip = nn.Parameter(torch.zeros(L, s.d_out, s.d_in, **kw)) if s.kind == "skip" else None
+        self.meta: dict[str, Any] = {}
+        """Free-form: hooks read and written, model, training summary, quality (saved with the set)."""
+
+    # ------------------------------------------------------------------ maths
+    @property
+    def n_layers(self) -> int:
+        return self.spec.n_layers
+
+    def pre(self, layer: int, x: Float[Tensor, "... d_in"]) -> Float[Tensor, "... F"]:
+        """Pre-activations x W_enc^T + b_enc of layer `layer`'s features."""
+        return torch.nn.functional.linear(x.to(self.W_enc.dtype), self.W_enc[layer], self.b_enc[layer])
+
+    def activate(self, layer: int, pre: Float[Tensor, "... F"]) -> Float[Tensor, "... F"]:
+        """The activation function: JumpReLU (pre where pre > theta, else 0) or TopK (k largest, ReLU)."""
+        if self.spec.activation == "jumprelu":
+            return pre * (pre > self.threshold[layer])
+        top = pre.topk(min(self.spec.k, pre.shape[-1]), dim=-1)
+        return torch.zeros_like(pre).scatter(-1, top.indices, top.values.relu())
+
+    def encode(self, layer: int, x: Float[Tensor, "... d_in"]) -> Float[Tensor, "... F"]:
+        return self.activate(layer, self.pre(layer, x))
+
+    def out_layers(self, layer: int) -> range:
+        """The layers whose MLP output layer `layer`'s features write to."""
+        return range(layer, layer + self.spec.n_out(layer))
+
+    def dec(self, source: int, target: int) -> Float[Tensor, "F d_out"]:
+        """Decoder of layer `source`'s features into layer `target`'s MLP output (target in out_layers(source))."""
+        return self.W_dec[source][:, target - source]
+
+    def skip(self, layer: int, x: Float[Tensor, "... d_in"]) -> Float[Tensor, "... d_out"] | None:
+        """The skip path x W_skip^T (None without one)."""
+        return None if self.W_skip is None else x.to(self.W_skip.dtype) @ self.W_skip[layer].T
+
+    def reconstruct(self, layer: int, acts: dict[int, Tensor], x: Tensor | None = None) -> Float[Tensor, "... d_out"]:
+        """y_hat at layer `layer` from the features of every layer that writes to it (`acts[l]`, (..., F)) and,
+        for a skip transcoder, the layer's input `x`."""
+        y = self.b_dec[layer].expand(*next(iter(acts.values())).shape[:-1], -1).clone()
+        for src in range(layer + 1):
+            if layer in self.out_layers(src) and src in acts:
+                y = y + acts[src].to(y.dtype) @ self.dec(src, layer)
+        if self.W_skip is not None:
+            if x is None:
+                raise ValueError("reconstruct: a skip transcoder needs the layer's input x")
+            y = y + self.skip(layer, x)
+        return y
+
+    def n_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+# ============================================================================= save / load
+
+
+def _saelens_class(tc: Transcoders) -> str | None:
+    """The SAELens architecture this set saves as, or None (circuit-tracer's layout)."""
+    s = tc.spec
+    if s.activation != "jumprelu" or s.kind == "clt":
+        return None
+    return "jumprelu_skip_transcoder" if s.kind == "skip" else "jumprelu_transcoder"
+
+
+def save_transcoders(tc: Transcoders, path: str | Path) -> Path:
+    """Write `tc` under `path` (see the module docstring for the formats); returns `path`."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    s = tc.spec
+    arch = _saelens_class(tc)
+    hooks = tc.meta.get("hooks", {})
+    with torch.no_grad():
+        for layer in range(s.n_layers):
+            W_enc, b_enc = tc.W_enc[layer].detach().cpu(), tc.b_enc[layer].detach().cpu()
+            W_dec, b_dec = tc.W_dec[layer].detach().cpu(), tc.b_dec[layer].detach().cpu()
+            if arch is not None:  # SAELens: W_enc (d_in, F), W_dec (F, d_out), W_skip (d_out, d_in)
+                d = path / f"layer_{layer}"
+                d.mkdir(exist_ok=True)
+                state = {"W_enc": W_enc.T.contiguous(), "b_enc": b_enc, "W_dec": W_dec[:, 0].contiguous(),
+                         "b_dec": b_dec, "threshold": tc.threshold[layer].detach().cpu()}
+                if tc.W_skip is not None:
+                    state["W_skip"] = tc.W_skip[layer].detach().cpu()
+                save_file(state, str(d / "sae_weights.safetensors"))
+                cfg = {"architecture": arch, "d_in": s.d_in, "d_sae": s.d_transcoder, "d_out": s.d_out,
+                       "dtype": "float32", "device": "cpu", "apply_b_dec_to_input": False,
+                       "normalize_activations": "none",
+                       "metadata": {"hook_name": hooks.get("in", "blocks.{l}.mlp.hook_in").format(l=layer),
+                                    "hook_name_out": hooks.get("out", "blocks.{l}.hook_mlp_out").format(l=layer),
+                                    "model_name": tc.meta.get("model")}}
+                (d / "cfg.json").write_text(json.dumps(cfg, indent=1))
+            else:  # circuit-tracer: W_enc_<l> (F, d_in) with b_enc, b_dec, threshold; W_dec_<l> (F, n_out, d_out)
+                enc = {f"W_enc_{layer}": W_enc.contiguous(), f"b_enc_{layer}": b_enc, f"b_dec_{layer}": b_dec}
+                if s.activation == "jumprelu":
+                    enc[f"threshold_{layer}"] = tc.threshold[layer].detach().cpu()
+                if tc.W_skip is not None:
+                    enc[f"W_skip_{layer}"] = tc.W_skip[layer].detach().cpu()
+                save_file(enc, str(path / f"W_enc_{layer}.safetensors"))
+                save_file({f"W_dec_{layer}": W_dec.contiguous()}, str(path / f"W_dec_{layer}.safetensors"))
+    if arch is None:
+        import yaml
+
+        (path / "config.yaml").write_text(yaml.safe_dump({
+            "model_kind": "cross_layer_transcoder" if s.kind == "clt" else "transcoder_set",
+            "model_name": tc.meta.get("model"), "feature_input_hook": "mlp.hook_in",
+            "feature_output_hook": "hook_mlp_out", "activation_function": s.activation,
+            **({"k": s.k} if s.activation == "topk" else {})}))
+    doc = {"format_version": FORMAT_VERSION, "format": "saelens" if arch else "circuit_tracer",
+           "spec": s.__dict__, "meta": tc.meta}
+    (path / "interp_transcoders.json").write_text(json.dumps(doc, indent=1, default=str))
+    return path
+
+
+def load_transcoders(path: str | Path, device: str | torch.device = "cpu") -> Transcoders:
+    """A set written by `save_transcoders` (either format). Reads safetensors and JSON only."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    doc_path = path / "interp_transcoders.json"
+    if not doc_path.is_file():
+        raise FileNotFoundError(f"{path}: not a transcoder set (no interp_transcoders.json)")
+    doc = json.loads(doc_path.read_text())
+    if doc.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{path}: transcoder format {doc.get('format_version')}, this interp reads {FORMAT_VERSION}")
+    spec = TranscoderSpec(**doc["spec"])
+    tc = Transcoders(spec)
+    tc.meta = doc.get("meta", {})
+    with torch.no_grad():
+        for layer in range(spec.n_layers):
+            if doc["format"] == "saelens":
+                st = load_file(str(path / f"layer_{layer}" / "sae_weights.safetensors"))
+                tc.W_enc[layer] = st["W_enc"].T
+                tc.W_dec[layer].copy_(st["W_dec"][:, None])
+                tc.threshold[layer] = st["threshold"]
+                skip = st.get("W_skip")
+            else:
+                st = load_file(str(path / f"W_enc_{layer}.safetensors"))
+                tc.W_enc[layer] = st[f"W_enc_{layer}"]
+                tc.W_dec[layer].copy_(load_file(str(path / f"W_dec_{layer}.safetensors"))[f"W_dec_{layer}"])
+                if f"threshold_{layer}" in st:
+                    tc.threshold[layer] = st[f"threshold_{layer}"]
+                skip = st.get(f"W_skip_{layer}")
+                st = {"b_enc": st[f"b_enc_{layer}"], "b_dec": st[f"b_dec_{layer}"]}
+            tc.b_enc[layer] = st["b_enc"]
+            tc.b_dec[layer] = st["b_dec"]
+            if tc.W_skip is not None:
+                tc.W_skip[layer] = skip
+    return tc.to(device).eval().requires_grad_(False)
+
+
+__all__ = ["ACTIVATIONS", "KINDS", "TranscoderSpec", "Transcoders", "load_transcoders", "save_transcoders"]

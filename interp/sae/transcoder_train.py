@@ -1,0 +1,335 @@
+"""Training a transcoder set on the model's own (MLP input, MLP output) pairs, its quality, and its cache.
+
+`train_transcoders(X, Y, cfg)` trains every layer in each step from one in-memory buffer (X, Y: (tok, layer, d)),
+with Adam, a linear warm-up and cosine decay. The loss is the MSE of each layer's MLP output normalised by that
+layer's variance (so layers with large outputs do not dominate), summed over the output layers for a CLT, plus for
+JumpReLU an L0 penalty through the straight-through estimator of Rajamanoharan et al. (2024), the same pseudo-
+derivatives as the toolkit's SAEs (`interp.sae.kernel`), with a controller steering its coefficient to
+`target_l0`. Thresholds start at the quantile of each feature's pre-activations where it fires on target_l0 / F
+of the tokens (the SAEs' init_sparsity="data"); b_dec at the mean output; W_skip at zero (as SAELens).
+
+`transcoder_quality` reports what SAELens reports for a transcoder: the fraction of variance of the MLP output
+explained, L0, the dead fraction, and the model's loss with the transcoder spliced in against the clean loss and
+the zero-ablation loss (`recovered` = (zero - spliced) / (zero - clean)).
+
+`cached_transcoders` trains once per (model, training config, data) and keeps the set under
+`cache_root()/transcoders/<key>`, written to a temporary sibling and renamed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from ..errors import NumericError
+from ..sites import Site
+from .config import TranscoderTrainConfig
+from .train import batch_indices
+from .transcoder import TranscoderSpec, Transcoders, load_transcoders, save_transcoders
+
+CACHE_VERSION = 1
+
+
+class _JumpReLU(torch.autograd.Function):
+    """a = pre * 1[pre > theta]; da/dpre = 1[pre > theta], da/dtheta = -(theta / eps) R((pre - theta) / eps)."""
+
+    @staticmethod
+    def forward(ctx, pre, theta, eps: float):
+        ctx.save_for_backward(pre, theta)
+        ctx.eps = eps
+        return pre * (pre > theta)
+
+    @staticmethod
+    def backward(ctx, g):
+        pre, theta = ctx.saved_tensors
+        window = ((pre - theta).abs() < ctx.eps / 2).to(g.dtype)
+        g_theta = -(theta / ctx.eps) * window * g
+        return g * (pre > theta), g_theta.reshape(-1, *theta.shape).sum(0), None
+
+
+class _Step(torch.autograd.Function):
+    """L0 = 1[pre > theta]; dL0/dtheta = -(1 / eps) R((pre - theta) / eps), nothing to pre (SAELens's Step)."""
+
+    @staticmethod
+    def forward(ctx, pre, theta, eps: float):
+        ctx.save_for_backward(pre, theta)
+        ctx.eps = eps
+        return (pre > theta).to(pre.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        pre, theta = ctx.saved_tensors
+        window = ((pre - theta).abs() < ctx.eps / 2).to(g.dtype)
+        return None, (-(1.0 / ctx.eps) * window * g).reshape(-1, *theta.shape).sum(0), None
+
+
+def _lr(cfg: TranscoderTrainConfig, step: int) -> float:
+    warm = max(1, cfg.steps // 20)
+    if step < warm:
+        return cfg.lr * (step + 1) / warm
+    return cfg.lr * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, cfg.steps - warm)))
+
+
+def train_transcoders(
+    X: Float[Tensor, "tok layer d_in"],
+    Y: Float[Tensor, "tok layer d_out"],
+    cfg: TranscoderTrainConfig,
+    meta: Mapping[str, Any] | None = None,
+    progress: bool = False,
+    device: str | torch.device | None = None,
+) -> Transcoders:
+    """A transcoder set trained on the pairs (X[:, l], Y[:, l]) of every layer l; see the module docstring."""
+    from tqdm.auto import tqdm
+
+    cfg.validate()
+    if X.dim() != 3 or X.shape[:2] != Y.shape[:2] or X.shape[0] < 2:
+        raise ValueError(f"train_transcoders: need X (tok, layer, d_in) and Y (tok, layer, d_out) with the same "
+                         f"tokens and layers, got {tuple(X.shape)} and {tuple(Y.shape)}")
+    device = X.device if device is None else torch.device(device)
+    X = X.to(device=device, dtype=torch.float32)
+    Y = Y.to(device=device, dtype=torch.float32)
+    if not (torch.isfinite(X).all() and torch.isfinite(Y).all()):
+        raise NumericError("train_transcoders: the buffer holds NaN or inf")
+    n, L, d_in = X.shape
+    d_out, F = Y.shape[-1], cfg.d_transcoder
+    spec = TranscoderSpec(kind=cfg.kind, activation=cfg.activation, n_layers=L, d_in=d_in, d_out=d_out,
+                          d_transcoder=F, k=cfg.k)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    y_mean = Y.mean(0)  # (L, d_out)
+    y_var = (Y - y_mean).pow(2).sum(-1).mean(0).clamp_min(1e-12)  # (L,)
+    x_std = X.pow(2).sum(-1).mean(0).sqrt().clamp_min(1e-12)  # (L,) RMS norm of the inputs
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen).to(device)
+
+    W_enc = (randn(L, F, d_in) / x_std[:, None, None]).requires_grad_()
+    b_enc = torch.zeros(L, F, device=device, requires_grad=True)
+    dec_scale = (y_var / L).sqrt()[:, None, None] / math.sqrt(max(cfg.target_l0, 1.0))
+    W_dec = [(randn(F, spec.n_out(layer), d_out) / math.sqrt(d_out) * dec_scale[layer]).requires_grad_()
+             for layer in range(L)]
+    b_dec = y_mean.clone().requires_grad_()
+    W_skip = torch.zeros(L, d_out, d_in, device=device, requires_grad=True) if cfg.kind == "skip" else None
+    with torch.no_grad():  # thresholds where each feature fires on target_l0 / F of a sample
+        sample = X[torch.randperm(n, generator=gen)[: min(n, 2048)].to(device)]
+        pre = torch.einsum("bld,lfd->blf", sample, W_enc)  # (s, L, F)
+        rank = max(1, min(pre.shape[0], math.ceil((1.0 - min(1.0, cfg.target_l0 / F)) * pre.shape[0])))
+        log_theta = pre.kthvalue(rank, dim=0).values.clamp_min(cfg.bandwidth).log().requires_grad_()  # (L, F)
+    params = [W_enc, b_enc, b_dec, *W_dec] + ([log_theta] if cfg.activation == "jumprelu" else []) \
+        + ([W_skip] if W_skip is not None else [])
+    opt = torch.optim.Adam(params, lr=cfg.lr)
+    coeff, l0_ema = None, None
+    t0 = time.perf_counter()
+    history: list[dict[str, float]] = []
+    bar = tqdm(total=cfg.steps, desc=f"train {cfg.kind} transcoders", disable=not progress, leave=False)
+    for step, idx in enumerate(batch_indices(n, cfg.batch, cfg.steps, gen)):
+        idx = idx.to(device)
+        xb, yb = X[idx], Y[idx]  # (B, L, d)
+        pre = torch.einsum("bld,lfd->blf", xb, W_enc) + b_enc  # (B, L, F)
+        if cfg.activation == "jumprelu":
+            theta = log_theta.exp()
+            a = _JumpReLU.apply(pre, theta, cfg.bandwidth)
+            l0 = _Step.apply(pre, theta, cfg.bandwidth).sum(-1).mean(0)  # (L,)
+        else:
+            top = pre.topk(cfg.k, dim=-1)
+            a = torch.zeros_like(pre).scatter(-1, top.indices, top.values.relu())
+            l0 = (a > 0).sum(-1).float().mean(0)
+        y_hat = b_dec.expand_as(yb).clone()
+        if cfg.kind == "clt":
+            for src in range(L):
+                y_hat[:, src:] = y_hat[:, src:] + torch.einsum("bf,fod->bod", a[:, src], W_dec[src])
+        else:
+            y_hat = y_hat + torch.einsum("blf,lfd->bld", a, torch.stack([w[:, 0] for w in W_dec]))
+        if W_skip is not None:
+            y_hat = y_hat + torch.einsum("bli,loi->blo", xb, W_skip)
+        rec = ((y_hat - yb).pow(2).sum(-1).mean(0) / y_var).mean()
+        loss = rec
+        if cfg.activation == "jumprelu":
+            if coeff is None:
+                coeff = 0.1 * float(rec.detach()) / cfg.target_l0
+            loss = rec + coeff * l0.mean()
+        if not torch.isfinite(loss):
+            raise NumericError(f"transcoder training: non-finite loss at step {step}")
+        for g in opt.param_groups:
+            g["lr"] = _lr(cfg, step)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        batch_l0 = float(l0.detach().mean())
+        l0_ema = batch_l0 if l0_ema is None else 0.9 * l0_ema + 0.1 * batch_l0
+        if (step + 1) % 25 == 0:
+            if coeff is not None:
+                coeff *= math.exp(cfg.controller_rate * max(-1.0, min(1.0, (l0_ema - cfg.target_l0) / cfg.target_l0)))
+            history.append({"step": step + 1, "rec": float(rec.detach()), "l0": l0_ema})
+        bar.update(1)
+    bar.close()
+    tc = Transcoders(spec, device=device)
+    with torch.no_grad():
+        tc.W_enc.copy_(W_enc)
+        tc.b_enc.copy_(b_enc)
+        tc.b_dec.copy_(b_dec)
+        tc.threshold.copy_(log_theta.exp())
+        for layer in range(L):
+            tc.W_dec[layer].copy_(W_dec[layer])
+        if W_skip is not None:
+            tc.W_skip.copy_(W_skip)
+    seconds = time.perf_counter() - t0
+    tc.meta = {**dict(meta or {}), "training": {"config": cfg.key(), "steps": cfg.steps, "seconds": seconds,
+                                                 "tokens": n, "rec_final": history[-1]["rec"] if history else None,
+                                                 "l0_final": l0_ema, "history": history}}
+    return tc.eval().requires_grad_(False)
+
+
+# ============================================================================= quality
+
+
+@torch.no_grad()
+def fit_stats(tc: Transcoders, X: Tensor, Y: Tensor, chunk: int = 4096) -> dict[str, list[float]]:
+    """Per layer on held-out pairs: fraction of variance explained of the MLP output (all features of the set
+    writing to it), mean L0 and the fraction of features that never fire."""
+    L = tc.n_layers
+    X, Y = X.to(tc.W_enc.device), Y.to(tc.W_enc.device)
+    err = torch.zeros(L, dtype=torch.float64)
+    l0 = torch.zeros(L, dtype=torch.float64)
+    fired = torch.zeros(L, tc.spec.d_transcoder, dtype=torch.bool, device=X.device)
+    for i in range(0, X.shape[0], chunk):
+        xb, yb = X[i : i + chunk], Y[i : i + chunk]
+        acts = {layer: tc.encode(layer, xb[:, layer]) for layer in range(L)}
+        for layer in range(L):
+            y_hat = tc.reconstruct(layer, acts, xb[:, layer])
+            err[layer] += float((y_hat - yb[:, layer]).pow(2).sum())
+            l0[layer] += float((acts[layer] > 0).sum())
+            fired[layer] |= (acts[layer] > 0).any(0)
+    var = (Y - Y.mean(0)).pow(2).sum((0, 2)).double().cpu()
+    return {"fve": (1 - err / var.clamp_min(1e-12)).tolist(), "l0": (l0 / X.shape[0]).tolist(),
+            "dead_fraction": (1 - fired.float().mean(1)).cpu().tolist()}
+
+
+def _splice_hooks(tc: Transcoders, rows: Mapping[int, slice], mode: str) -> list:
+    """Hooks that replace the MLP output of each layer in `rows`, in its batch rows `rows[layer]`, with the
+    transcoders' estimate ("splice": features read at the spliced run's own MLP inputs) or with zero ("zero")."""
+    acts: dict[int, Tensor] = {}
+    xs: dict[int, Tensor] = {}
+
+    def read(layer):
+        def hook(x):
+            xs[layer] = x
+            acts[layer] = tc.encode(layer, x)
+        return hook
+
+    def write(layer):
+        def hook(y):
+            y = y.clone()
+            r = rows[layer]
+            if mode == "zero":
+                y[r] = 0
+            else:
+                y[r] = tc.reconstruct(layer, {k: v[r] for k, v in acts.items() if k <= layer}, xs[layer][r]
+                                      ).to(y.dtype)
+            return y
+        return hook
+
+    hooks = [(Site("mlp_in", layer), read(layer)) for layer in range(tc.n_layers)] if mode == "splice" else []
+    return hooks + [(Site("mlp_out", layer), write(layer)) for layer in sorted(rows)]
+
+
+@torch.no_grad()
+def token_losses(model: Any, ids: Tensor, hooks: list | None = None) -> Tensor:
+    """(n,) mean next-token cross-entropy of each row of `ids` (n, len) over positions >= 1, with `hooks`."""
+    b = ids.to(model.device)
+    with model.hooks(hooks or []):
+        logits = model(b).float()
+    ce = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), b[:, 1:], reduction="none")
+    return ce.mean(1).cpu()
+
+
+def mean_loss(model: Any, ids: Tensor, hooks: list | None = None, batch: int = 8) -> float:
+    """Mean next-token cross-entropy over positions >= 1 of `ids` (n, len), with `hooks` in place."""
+    return float(torch.cat([token_losses(model, ids[i : i + batch], hooks) for i in range(0, ids.shape[0], batch)]
+                           ).mean())
+
+
+def per_layer_losses(model: Any, tc: Transcoders, ids: Tensor, mode: str, rows_per_pass: int = 64) -> list[float]:
+    """The mean loss on `ids` with each layer's MLP alone spliced or zeroed: the prompts are repeated once per
+    layer in one batch (as many layers a pass as fit in `rows_per_pass` rows), each copy edited at its layer."""
+    n = ids.shape[0]
+    per = max(1, rows_per_pass // n)
+    out: list[float] = []
+    for start in range(0, tc.n_layers, per):
+        layers = list(range(start, min(tc.n_layers, start + per)))
+        rows = {layer: slice(i * n, (i + 1) * n) for i, layer in enumerate(layers)}
+        ce = token_losses(model, ids.repeat(len(layers), 1), _splice_hooks(tc, rows, mode))
+        out += [float(ce[rows[layer]].mean()) for layer in layers]
+    return out
+
+
+def transcoder_quality(model: Any, tc: Transcoders, X: Tensor, Y: Tensor, ids: Tensor) -> dict[str, Any]:
+    """FVE, L0 and dead fraction per layer on held-out pairs (X, Y), and the loss on `ids` clean, with each
+    layer's MLP zero-ablated and with its transcoder spliced in (one layer at a time, as SAELens evaluates one
+    SAE; a CLT only all at once), and with every layer spliced at once."""
+    out: dict[str, Any] = fit_stats(tc, X, Y)
+    clean = mean_loss(model, ids)
+    out["loss_clean"] = clean
+    per_layer = tc.spec.kind != "clt"
+    zero = per_layer_losses(model, tc, ids, "zero") if per_layer else []
+    spliced = per_layer_losses(model, tc, ids, "splice") if per_layer else []
+    out["loss_zero"], out["loss_spliced"] = zero, spliced
+    out["recovered"] = [(z - s) / (z - clean) if abs(z - clean) > 1e-9 else float("nan")
+                        for z, s in zip(zero, spliced, strict=True)]
+    everywhere = {layer: slice(None) for layer in range(tc.n_layers)}
+    out["loss_zero_all"] = mean_loss(model, ids, _splice_hooks(tc, everywhere, "zero"))
+    out["loss_spliced_all"] = mean_loss(model, ids, _splice_hooks(tc, everywhere, "splice"))
+    out["recovered_all"] = (out["loss_zero_all"] - out["loss_spliced_all"]) / max(out["loss_zero_all"] - clean, 1e-9)
+    return out
+
+
+# ============================================================================= cache
+
+
+def transcoder_cache_key(model_info: Any, cfg: TranscoderTrainConfig, data_key: str) -> str:
+    blob = {"version": CACHE_VERSION, "model": getattr(model_info, "name", None),
+            "weights": getattr(model_info, "weights_sha256", None), "cfg": cfg.key(), "data": data_key}
+    return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def cached_transcoders(model: Any, cfg: TranscoderTrainConfig, data_fn: Callable[[], tuple[Tensor, Tensor]],
+                       data_key: str, meta: Mapping[str, Any] | None = None, progress: bool = False,
+                       device: str | torch.device = "cpu") -> tuple[Transcoders, bool]:
+    """(transcoders, hit): the set for (model, cfg, data) from the cache, trained on `data_fn()` = (X, Y) on a miss.
+    The set is on `device` either way."""
+    from ..embedded import cache_root
+
+    key = transcoder_cache_key(model.info, cfg, data_key)
+    path = cache_root() / "transcoders" / key[:24]
+    if (path / "interp_transcoders.json").is_file():
+        return load_transcoders(path, device=device), True
+    X, Y = data_fn()
+    tc = train_transcoders(X, Y, cfg, meta={**dict(meta or {}), "cache_key": key}, progress=progress,
+                           device=device)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        save_transcoders(tc, tmp)
+        try:
+            os.replace(tmp, path)
+        except OSError:  # another process filled it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return tc, False
+
+
+__all__ = ["cached_transcoders", "fit_stats", "mean_loss", "per_layer_losses", "token_losses", "train_transcoders", "transcoder_cache_key",
+           "transcoder_quality"]

@@ -1,0 +1,106 @@
+"""circuits: transcoders and attribution graphs (Ameisen et al. 2025, "Circuit Tracing"; circuit-tracer's code).
+
+Transcoders replace the model's MLPs (per-layer, skip or cross-layer; trained here on the model's own MLP inputs
+and outputs, and cached); the attribution graph of a prompt holds attention patterns and norm denominators fixed,
+so the residual stream is linear in the active features, error nodes and token embeddings, and every edge is an
+exact direct effect. The graph is pruned by influence on the logits, written in Neuronpedia's graph JSON, and
+tested by ablating features in the real model: does the graph predict how the target logit moves, better than
+random or top-activation features?
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+from interp.config import ModelLimits, NonNegativeInt, PositiveInt, ProbeConfig, Range
+from interp.data import check_source
+from interp.errors import ConfigError
+from interp.registry import probe
+
+
+@probe("circuits", run="interp_probes.circuits.probe:run",
+       page="interp_probes.circuits.page", figures="interp_probes.circuits.figures")
+@dataclass(frozen=True)
+class CircuitsConfig(ProbeConfig):
+    """Attribution graphs over transcoders: exactness, pruning, and ablations that test the graph."""
+
+    prompt: str = "The capital of France is"
+    """The prompt of the headline graph (BOS first where the tokenizer has one)."""
+    transcoders: str = "train"
+    """"train": trained here on `data` (cached), or a directory written by `interp.sae.save_transcoders`."""
+    kind: Literal["plt", "skip", "clt"] = "plt"
+    """Per-layer transcoders, with a skip path, or cross-layer (train only)."""
+    activation: Literal["jumprelu", "topk"] = "jumprelu"
+    """The transcoders' activation (train only)."""
+    d_transcoder: Annotated[int, Range(8, 1_000_000)] = 4608
+    """Features per layer (train only)."""
+    target_l0: Annotated[float, Range(1, 4096)] = 24.0
+    """Mean active features per token and layer (jumprelu; topk uses k = round(target_l0))."""
+    train_tokens: Annotated[int, Range(256, 100_000_000)] = 60_000
+    """Tokens of (MLP input, MLP output) pairs per layer the transcoders train on."""
+    steps: Annotated[int, Range(1, 10_000_000)] = 3000
+    """Optimiser steps (every layer in each step)."""
+    train_batch: PositiveInt = 1024
+    """Tokens per step."""
+    lr: Annotated[float, Range(1e-6, 1.0)] = 2e-3
+    """Peak learning rate."""
+    cache: bool = True
+    """Keep trained transcoders in the cache (keyed by model, training config and data)."""
+    data: str = "builtin:all"
+    """Text the transcoders train on, and whose held-out part measures their quality and feature contexts."""
+    seq_len: Annotated[int, Range(8, 8192)] = 128
+    """Tokens per training chunk."""
+    eval_seqs: PositiveInt = 32
+    """Held-out chunks for quality (FVE, L0, dead fraction, spliced-in loss) and top contexts."""
+    batch_size: PositiveInt = 64
+    """Targets per backward pass of the graph (copies of the prompt in one forward)."""
+    max_feature_nodes: PositiveInt = 8192
+    """Most features that get a row (circuit-tracer's max_feature_nodes), chosen by partial influence."""
+    node_threshold: Annotated[float, Range(0.0, 1.0)] = 0.8
+    """Pruning: keep the fewest nodes holding this share of the influence on the logits."""
+    edge_threshold: Annotated[float, Range(0.0, 1.0)] = 0.98
+    """Pruning: then the fewest edges holding this share of the edge scores."""
+    desired_logit_prob: Annotated[float, Range(0.0, 1.0)] = 0.95
+    """Logit nodes: the fewest top tokens whose probabilities reach this, ..."""
+    max_n_logits: Annotated[int, Range(1, 100)] = 10
+    """... at most this many."""
+    n_prompts: NonNegativeInt = 24
+    """Prompts of the faithfulness test (built-in, templated); 0 skips it."""
+    ablate_k: tuple[int, ...] = (1, 3, 10)
+    """Features ablated per prompt and selection (graph influence, random active, top activation)."""
+    n_contexts: PositiveInt = 8
+    """Top activating held-out contexts kept per feature of the pruned headline graph."""
+
+    SIZE_PRESETS = {
+        "micro": {"d_transcoder": 256, "target_l0": 8.0, "train_tokens": 2048, "steps": 60, "train_batch": 256,
+                  "seq_len": 32, "eval_seqs": 2, "n_prompts": 2, "ablate_k": (1, 3), "batch_size": 32,
+                  "max_feature_nodes": 512, "n_contexts": 4},
+        "quick": {"d_transcoder": 1152, "target_l0": 16.0, "train_tokens": 16_384, "steps": 600, "train_batch": 512,
+                  "seq_len": 64, "eval_seqs": 16, "n_prompts": 20, "max_feature_nodes": 2048},
+    }
+    CONTEXT_FIELDS = ("seq_len",)
+    REQUIRES = ("mlp_in", "mlp_out", "edit:mlp_out", "embed", "edit:embed", "final", "attn_pattern",
+                "edit:attn_pattern")
+
+    def validate(self) -> None:
+        super().validate()
+        if not self.prompt.strip():
+            raise ConfigError("prompt", self.prompt, "a non-empty text")
+        if not self.ablate_k or min(self.ablate_k) < 1:
+            raise ConfigError("ablate_k", self.ablate_k, "a non-empty tuple of positive counts")
+        if self.transcoders != "train":
+            from pathlib import Path
+
+            if not (Path(self.transcoders) / "interp_transcoders.json").is_file():
+                raise ConfigError("transcoders", self.transcoders, '"train" or a directory written by '
+                                  "interp.sae.save_transcoders (with interp_transcoders.json)")
+        if self.kind == "clt" and self.transcoders == "train" and self.d_transcoder > 65536:
+            raise ConfigError("d_transcoder", self.d_transcoder, "at most 65536 for a CLT trained here")
+
+    def validate_data(self, limits: ModelLimits) -> None:
+        super().validate_data(limits)
+        need = self.train_tokens + self.eval_seqs * self.seq_len if self.transcoders == "train" else \
+            self.eval_seqs * self.seq_len
+        check_source(self.data, field="data", seed=self.seed, min_tokens=need, count_tokens=limits.count_tokens,
+                     needed_for="train_tokens and eval_seqs x seq_len")

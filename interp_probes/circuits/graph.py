@@ -1,0 +1,349 @@
+"""The attribution graph of one prompt (Ameisen et al. 2025), computed as circuit-tracer computes it.
+
+The local replacement model: norm denominators and attention patterns frozen at their values on the prompt
+(`interp.replacement`), every MLP replaced by the transcoders' features plus an error node (the MLP's output
+minus the transcoders' estimate). The residual stream is then affine in the sources, so the direct effect of a
+source s on a target t is an exact gradient:
+
+    A[t, s] = <d input_t / d (what s writes), what s writes>
+
+- sources: active features (their activation times their decoder vectors, into every layer they write to), error
+  nodes (per layer and position), token embeddings (per position);
+- targets: active features (input = pre-activation x_l . w_enc + b_enc at the MLP input) and logit nodes (input
+  = the final residual, after the frozen final norm, read along the demeaned unembedding of the token: the
+  token's logit minus the mean logit, before any soft-cap).
+
+Gradients are batched: one forward of B copies of the prompt with the graph kept, and each backward injects one
+target's read vector into its own batch row (circuit-tracer's `AttributionContext.compute_batch`). MLPs are
+stop-gradients: their outputs are detached (a skip transcoder's linear path x W_skip^T keeps its gradient, as in
+circuit-tracer). Position 0 (BOS) has no features (circuit-tracer's `zero_positions`): its MLP output is all error.
+
+Node order (circuit-tracer's): features, errors (layer-major), embeddings, logits. `bias[t]` is the target's
+input when every source is zero, from a separate forward with the frozen values substituted and the embeddings
+and sources zeroed (only biases and the skip path left), so `input = A[t] . 1 + bias` is a real check of the
+gradients (completeness), not an identity.
+
+Which features get rows when more than `max_feature_nodes` are active: circuit-tracer's greedy order, by partial
+influence on the logits of the rows computed so far, refreshed every `update_interval` batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from interp.replacement import Frozen, frozen, record
+from interp.sae import Transcoders
+from interp.sites import Site
+
+from .prune import partial_influence
+
+
+@dataclass
+class AttributionGraph:
+    """Nodes, the dense adjacency (targets x sources) and what checks it. Tensors on the host."""
+
+    tokens: list[int]
+    features: Tensor
+    """(n_feat, 3) long: layer, position, feature index of every attributed (active) feature."""
+    activations: Tensor
+    """(n_feat,) their activations."""
+    n_layers: int
+    logit_tokens: Tensor
+    """(n_logit,) token ids of the logit nodes."""
+    logit_probs: Tensor
+    """(n_logit,) their probabilities at the last position."""
+    adjacency: Float[Tensor, "node node"]
+    """A[target, source]; rows of sources that are not targets (errors, embeddings) are zero."""
+    inputs: Tensor
+    """(node,) each target's input on the real forward (pre-activation, or demeaned logit); 0 for non-targets."""
+    bias: Tensor
+    """(node,) each target's input with every source at zero."""
+    unattributed: Tensor
+    """(node,) what active features without a row (beyond max_feature_nodes) send each target: not nodes, so
+    not in the adjacency, but part of the input."""
+    n_active: int
+    """Active features on the prompt (the attributed ones are the first max_feature_nodes in influence order)."""
+
+    @property
+    def n_pos(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def n_feat(self) -> int:
+        return self.features.shape[0]
+
+    @property
+    def n_logit(self) -> int:
+        return self.logit_tokens.shape[0]
+
+    def error_index(self, layer: int, pos: int) -> int:
+        return self.n_feat + layer * self.n_pos + pos
+
+    def embed_index(self, pos: int) -> int:
+        return self.n_feat + self.n_layers * self.n_pos + pos
+
+    def logit_index(self, i: int) -> int:
+        return self.n_feat + (self.n_layers + 1) * self.n_pos + i
+
+    @property
+    def n_nodes(self) -> int:
+        return self.adjacency.shape[0]
+
+    def completeness_error(self) -> float:
+        """max |input - (sum of incoming edges + bias)| / max |input| over the target nodes."""
+        rows = torch.cat([torch.arange(self.n_feat), torch.arange(self.logit_index(0), self.n_nodes)])
+        resid = self.inputs[rows] - (self.adjacency[rows].sum(1) + self.unattributed[rows] + self.bias[rows])
+        return float(resid.abs().max() / self.inputs[rows].abs().max().clamp_min(1e-12))
+
+    def _repr_html_(self) -> str:
+        from .figures import graph_svg
+
+        return graph_svg(self)
+
+
+@dataclass
+class Prompt:
+    """What the real forward of one prompt gives the graph: features, errors, embeddings, logit targets."""
+
+    ids: Tensor
+    fz: Frozen
+    acts: dict[int, Tensor]
+    """layer -> (pos, F) feature activations (position 0 zeroed)."""
+    errors: Float[Tensor, "layer pos d"]
+    embed: Float[Tensor, "pos d"]
+    logit_tokens: Tensor
+    logit_probs: Tensor
+    logit_vecs: Float[Tensor, "n_logit d"]
+
+
+def logit_targets(model, last_logits: Tensor, desired_prob: float = 0.95, max_logits: int = 10):
+    """circuit-tracer's salient logits: the fewest top tokens whose probabilities reach `desired_prob`, at most
+    `max_logits`; and each token's read vector, the demeaned unembedding times the family's linear logit scale."""
+    probs = last_logits.float().softmax(-1)
+    top_p, top_i = probs.topk(max_logits)
+    n = int((top_p.cumsum(0) < desired_prob).sum()) + 1
+    n = min(n, max_logits)
+    W = model.unembed_weight.detach().float()  # (vocab, d)
+    anat = model.anatomy
+    scale = float(anat.logit_scale or 1.0) / float(anat.logits_scaling or 1.0)
+    vecs = (W[top_i[:n]] - W.mean(0)) * scale
+    return top_i[:n], top_p[:n], vecs
+
+
+@torch.no_grad()
+def prepare(model, tc: Transcoders, ids: Tensor, desired_prob: float = 0.95, max_logits: int = 10) -> Prompt:
+    """The real forward of `ids` (1, pos): frozen values, MLP inputs and outputs, features, errors, logit nodes."""
+    L = tc.n_layers
+    sites = [Site("embed"), Site("final")] + [Site(k, layer) for layer in range(L) for k in ("mlp_in", "mlp_out")]
+    fz = record(model, ids.to(model.device), sites)
+    acts, errors = {}, []
+    for layer in range(L):
+        a = tc.encode(layer, fz.sites[Site("mlp_in", layer)].float())
+        a[0] = 0  # position 0 (BOS): no features, its MLP output is all error (circuit-tracer's zero_positions)
+        acts[layer] = a
+    for layer in range(L):
+        x = fz.sites[Site("mlp_in", layer)].float()
+        errors.append(fz.sites[Site("mlp_out", layer)].float() - tc.reconstruct(layer, acts, x))
+    toks, probs, vecs = logit_targets(model, fz.logits[-1], desired_prob, max_logits)
+    return Prompt(ids=ids, fz=fz, acts=acts, errors=torch.stack(errors),
+                  embed=fz.sites[Site("embed")].float(), logit_tokens=toks, logit_probs=probs,
+                  logit_vecs=vecs.to(errors[0].device))
+
+
+class _Backward:
+    """One forward of `batch` copies of the prompt through the local replacement model, kept for backwards."""
+
+    def __init__(self, model, tc: Transcoders, p: Prompt, batch: int):
+        self.tc, self.p, self.L = tc, p, tc.n_layers
+        n = p.ids.shape[1]
+        self.x: dict[int, Tensor] = {}
+        self.y: dict[int, Tensor] = {}
+        dt = p.embed.dtype
+        self.e = p.embed.to(model.dtype).expand(batch, -1, -1).clone().requires_grad_()
+
+        def read(layer):
+            def hook(x):
+                self.x[layer] = x
+            return hook
+
+        def stop(layer):
+            def hook(out):
+                skip = tc.skip(layer, self.x[layer])
+                if skip is None:
+                    y = out.detach().requires_grad_()
+                else:
+                    y = (out.detach() - skip.detach().to(out.dtype)) + skip.to(out.dtype)
+                self.y[layer] = y
+                return y
+            return hook
+
+        def final(f):
+            self.f = f
+
+        hooks = [(Site("embed"), lambda _x: self.e)]
+        for layer in range(self.L):
+            hooks += [(Site("mlp_in", layer), read(layer)), (Site("mlp_out", layer), stop(layer))]
+        hooks.append((Site("final"), final))
+        with torch.enable_grad(), frozen(model, p.fz), model.hooks(hooks):
+            model(p.ids.to(model.device).expand(batch, n))
+        self.n, self.dt = n, dt
+        # per output layer: the active features writing there, their positions and scaled decoder vectors
+        self.writers: dict[int, tuple[Tensor, Tensor, Tensor]] = {}
+
+    def set_features(self, feats: Tensor, act: Tensor) -> None:
+        """The source features (rows of `feats`: layer, pos, index) and activations, as columns 0..n_feat-1."""
+        self.n_feat = feats.shape[0]
+        for out in range(self.L):
+            cols = [i for i in range(feats.shape[0]) if out in self.tc.out_layers(int(feats[i, 0]))]
+            if not cols:
+                continue
+            c = torch.tensor(cols, device=act.device)
+            f = feats[c]
+            dec = torch.stack([self.tc.dec(int(f[j, 0]), out)[f[j, 2]] for j in range(len(cols))])  # (m, d)
+            self.writers[out] = (c, f[:, 1], dec.float() * act[c, None].float())
+
+    def rows(self, layers: Tensor, pos: Tensor, vecs: Tensor, n_cols: int) -> Tensor:
+        """Direct effects on B' <= batch targets, each read at (layer, pos) along vecs (layer L: the final
+        residual): (B', n_cols) with columns features, errors, embeddings (logit columns stay zero)."""
+        B = layers.shape[0]
+        s = 0.0
+        for layer in layers.unique().tolist():
+            m = (layers == layer).nonzero()[:, 0]
+            read = self.f if layer == self.L else self.x[layer]
+            s = s + (read[m, pos[m]].float() * vecs[m].float()).sum()
+        ins = [self.e] + [self.y[layer] for layer in range(self.L)]
+        grads = torch.autograd.grad(s, ins, retain_graph=True, allow_unused=True)
+        out = torch.zeros(B, n_cols, device=vecs.device)
+        g_e = grads[0]
+        n = self.n
+        for layer in range(self.L):
+            g = grads[1 + layer]
+            if g is None:
+                continue
+            g = g[:B].float()  # (B, pos, d)
+            if layer in self.writers:
+                c, p, dec = self.writers[layer]
+                out[:, c] += torch.einsum("bmd,md->bm", g[:, p], dec)
+            o = self.n_feat + layer * n
+            out[:, o : o + n] = torch.einsum("bnd,nd->bn", g, self.p.errors[layer].float())
+        if g_e is not None:
+            o = self.n_feat + self.L * n
+            out[:, o : o + n] = torch.einsum("bnd,nd->bn", g_e[:B].float(), self.p.embed.float())
+        return out
+
+
+@torch.no_grad()
+def _bias(model, tc: Transcoders, p: Prompt, feats: Tensor) -> tuple[Tensor, Tensor]:
+    """(feature biases, logit biases): each target's input with every source zero (frozen values substituted,
+    embeddings zeroed, each MLP output = b_dec (+ the skip path))."""
+    x: dict[int, Tensor] = {}
+    box: dict[str, Tensor] = {}
+
+    def read(layer):
+        def hook(v):
+            x[layer] = v
+        return hook
+
+    def write(layer):
+        def hook(out):
+            y = tc.b_dec[layer].to(out.dtype).expand_as(out).clone()
+            skip = tc.skip(layer, x[layer])
+            return y if skip is None else y + skip.to(out.dtype)
+        return hook
+
+    hooks = [(Site("embed"), lambda e: torch.zeros_like(e))]
+    for layer in range(tc.n_layers):
+        hooks += [(Site("mlp_in", layer), read(layer)), (Site("mlp_out", layer), write(layer))]
+    hooks.append((Site("final"), lambda f: box.__setitem__("f", f)))
+    with frozen(model, p.fz), model.hooks(hooks):
+        model(p.ids.to(model.device))
+    fb = torch.stack([tc.pre(int(layer), x[int(layer)][0, int(pos)].float())[idx]
+                      for layer, pos, idx in feats.tolist()]) if feats.shape[0] else torch.zeros(0)
+    lb = box["f"][0, -1].float() @ p.logit_vecs.T
+    return fb, lb
+
+
+def attribute(model, tc: Transcoders, ids: Tensor, *, batch_size: int = 64, max_feature_nodes: int = 8192,
+              update_interval: int = 4, desired_prob: float = 0.95, max_logits: int = 10) -> AttributionGraph:
+    """The attribution graph of `ids` (1, pos) under `tc`; see the module docstring."""
+    p = prepare(model, tc, ids, desired_prob, max_logits)
+    return attribute_prepared(model, tc, p, batch_size=batch_size, max_feature_nodes=max_feature_nodes,
+                              update_interval=update_interval)
+
+
+def attribute_prepared(model, tc: Transcoders, p: Prompt, *, batch_size: int = 64, max_feature_nodes: int = 8192,
+                       update_interval: int = 4) -> AttributionGraph:
+    """`attribute` from the prompt's real forward (`prepare`)."""
+    ids = p.ids
+    L, n = tc.n_layers, ids.shape[1]
+    dev = p.embed.device
+    all_feats = torch.cat([torch.stack([torch.full_like(pos, layer), pos, f], 1)
+                           for layer in range(L) for pos, f in [p.acts[layer].nonzero().unbind(1)]])
+    all_act = torch.stack([p.acts[int(a)][int(b), int(c)] for a, b, c in all_feats]) if len(all_feats) else \
+        torch.zeros(0, device=dev)
+    n_active = all_feats.shape[0]
+    n_logit = p.logit_tokens.shape[0]
+    n_src = n_active + (L + 1) * n
+    bw = _Backward(model, tc, p, max(1, min(batch_size, max(n_active, n_logit))))
+    bw.set_features(all_feats, all_act)
+    # logit rows first
+    logit_rows = torch.cat([bw.rows(torch.full((len(v),), L, device=dev), torch.full((len(v),), n - 1, device=dev),
+                                    v, n_src) for v in p.logit_vecs.split(bw.e.shape[0])])
+    keep = min(max_feature_nodes, n_active)
+    feat_rows = torch.zeros(keep, n_src, device=dev)
+    order = torch.empty(0, dtype=torch.long, device=dev)
+    visited = torch.zeros(n_active, dtype=torch.bool, device=dev)
+    B = bw.e.shape[0]
+    while order.shape[0] < keep:
+        if keep == n_active:
+            pending = torch.arange(n_active, device=dev)[~visited]
+        else:
+            rows = torch.nn.functional.pad(torch.cat([feat_rows[: order.shape[0]], logit_rows]), (0, n_logit))
+            idx = torch.cat([order, torch.arange(n_src, n_src + n_logit, device=dev)])
+            infl = partial_influence(rows, p.logit_probs.to(dev), idx, n_src + n_logit)[:n_active]
+            rank = infl.argsort(descending=True)
+            pending = rank[~visited[rank]][: min(update_interval * B, keep - order.shape[0])]
+        for chunk in pending.split(B):
+            f = all_feats[chunk]
+            vecs = tc.W_enc[f[:, 0], f[:, 2]].float()
+            r = bw.rows(f[:, 0], f[:, 1], vecs, n_src)
+            feat_rows[order.shape[0] : order.shape[0] + len(chunk)] = r
+            order = torch.cat([order, chunk])
+            visited[chunk] = True
+    # keep the attributed features only, in their (layer, pos, index) order
+    sel = order.sort().values
+    perm = order.argsort()
+    rows = feat_rows[perm]
+    cols = torch.cat([sel, torch.arange(n_active, n_src, device=dev)])
+    n_feat = sel.shape[0]
+    N = n_feat + (L + 1) * n + n_logit
+    A = torch.zeros(N, N, device=dev)
+    A[:n_feat, : N - n_logit] = rows[:, cols]
+    A[N - n_logit :, : N - n_logit] = logit_rows[:, cols]
+    dropped = torch.ones(n_src, dtype=torch.bool, device=dev)
+    dropped[cols] = False
+    unattributed = torch.zeros(N, device=dev)
+    unattributed[:n_feat] = rows[:, dropped].sum(1)
+    unattributed[N - n_logit :] = logit_rows[:, dropped].sum(1)
+    feats, act = all_feats[sel], all_act[sel]
+    fb, lb = _bias(model, tc, p, feats)
+    inputs = torch.zeros(N, device=dev)
+    bias = torch.zeros(N, device=dev)
+    if n_feat:
+        inputs[:n_feat] = torch.stack([tc.pre(int(layer), p.fz.sites[Site("mlp_in", int(layer))][int(pos)].float())[idx]
+                                       for layer, pos, idx in feats.tolist()])
+        bias[:n_feat] = fb
+    # the logit nodes' inputs on the real forward: demeaned, scaled logits before any soft-cap
+    inputs[N - n_logit :] = p.fz.sites[Site("final")][-1].float() @ p.logit_vecs.T
+    bias[N - n_logit :] = lb
+    return AttributionGraph(tokens=ids[0].tolist(), features=feats.cpu(), activations=act.cpu(), n_layers=L,
+                            logit_tokens=p.logit_tokens.cpu(), logit_probs=p.logit_probs.cpu(), adjacency=A.cpu(),
+                            inputs=inputs.cpu(), bias=bias.cpu(), unattributed=unattributed.cpu(),
+                            n_active=n_active)
+
+
+__all__ = ["AttributionGraph", "Prompt", "attribute", "attribute_prepared", "logit_targets", "prepare"]
