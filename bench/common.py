@@ -1,8 +1,8 @@
 """Shared bits of the benchmarks: timing by interleaved repeats, a result row, the tiny model.
 
 Every timer here synchronises the device it is given (a model, a tensor, a torch.device or its name) before it
-starts and before it stops: CUDA kernels run asynchronously, so an unsynchronised timer measures the launches,
-not the work. On the CPU the sync is a no-op."""
+starts and before it stops, through the core's `interp.models.synchronize`: CUDA kernels run asynchronously, so an
+unsynchronised timer measures the launches, not the work. On the CPU the sync is a no-op."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from interp.models import synchronize
+
 
 @dataclass
 class Row:
@@ -30,22 +32,6 @@ class Row:
     detail: str = ""
 
 
-def device_of(where) -> str:
-    """The device type ("cpu", "cuda", ...) of a model (its `.device`), a tensor, a torch.device or a name."""
-    if where is None:
-        return "cpu"
-    dev = getattr(where, "device", where)
-    return getattr(dev, "type", None) or str(dev).partition(":")[0]
-
-
-def sync(where=None) -> None:
-    """Wait for the queued kernels of `where`'s device (see `device_of`); a no-op on the CPU."""
-    if device_of(where) == "cuda":
-        import torch
-
-        torch.cuda.synchronize()
-
-
 class Timer:
     """`with Timer(model) as t: ...` then `t.seconds`: wall seconds of the block, the device synchronised at
     both ends."""
@@ -54,12 +40,12 @@ class Timer:
         self.where, self.seconds = where, float("nan")
 
     def __enter__(self) -> Timer:
-        sync(self.where)
+        synchronize(self.where)
         self._t = time.perf_counter()
         return self
 
     def __exit__(self, *exc) -> None:
-        sync(self.where)
+        synchronize(self.where)
         self.seconds = time.perf_counter() - self._t
 
 
@@ -77,7 +63,7 @@ def interleaved_runs(fns: dict[str, Callable[[], object]], repeats: int = 5, war
     for _ in range(warmup):
         for fn in fns.values():
             fn()
-    sync(device)
+    synchronize(device)
     times: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(repeats):
         for k, fn in fns.items():

@@ -29,10 +29,11 @@ from dataclasses import replace
 import torch
 
 from interp import AbsMean, capture
+from interp.models import synchronize
 from interp.sae import SAETrainConfig
 from interp.sites import Site
 
-from .common import Row, interleaved, model_batches, row, sync, timed
+from .common import Row, interleaved, model_batches, row, timed
 from .sae import activations, train
 
 SAE_D_SAE, SAE_BATCH, SAE_STEPS = 65_536, 4096, 100
@@ -44,7 +45,7 @@ def matmul_peak(device: str, n: int = 8192, iters: int = 20, dtype=torch.bfloat1
     b = torch.randn(n, n, device=device, dtype=dtype)
     for _ in range(3):
         a @ b
-    sync(device)
+    synchronize(device)
     times = [timed(lambda: a @ b, device) for _ in range(iters)]
     return 2 * n**3 / statistics.median(times)
 
@@ -132,7 +133,7 @@ def sae_rows(m, peak: float, smoke: bool, device: str) -> list[Row]:
         try:
             with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
                 train(acts, replace(c, steps=2))  # warm-up: kernels, allocator
-                sync(device)
+                synchronize(device)
                 tps[trainer] = train(acts, c).cfg.metadata.interp_training["tokens_per_s"]
         except (RuntimeError, TypeError, ValueError) as e:  # reported in the row: SAELens under autocast
             if trainer == "toolkit":

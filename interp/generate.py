@@ -79,24 +79,31 @@ def _cache_kwarg(forward) -> str:
 
 
 @contextlib.contextmanager
-def decoding_attention(hf) -> Iterator[str]:
-    """Run `hf` with SDPA attention inside the block where its family supports it (eager otherwise: Gemma 2's
-    soft-capped attention has no SDPA path), restoring its implementation after; yields the one used.
-
-    Models load eager because hooks read the attention pattern; decoding that reads no pattern is faster on SDPA."""
+def attention_implementation(hf, impl: str) -> Iterator[str]:
+    """Run `hf` with attention `impl` ("sdpa", "eager") inside the block where its family supports it, restoring
+    its implementation after; yields the one used (the one before where the family lacks `impl`: Gemma 2's
+    soft-capped attention has no SDPA path). A model whose config names no implementation is left as it is."""
     before = getattr(hf.config, "_attn_implementation", None)
-    if before in (None, "sdpa") or not hasattr(hf, "set_attn_implementation"):
+    if before is None or before == impl or not hasattr(hf, "set_attn_implementation"):
         yield before or "sdpa"
         return
     try:
-        hf.set_attn_implementation("sdpa")
-    except (ValueError, ImportError):  # the family has no SDPA attention
+        hf.set_attn_implementation(impl)
+    except (ValueError, ImportError):  # the family has no such attention
         yield before
         return
     try:
-        yield "sdpa"
+        yield impl
     finally:
         hf.set_attn_implementation(before)
+
+
+def decoding_attention(hf) -> contextlib.AbstractContextManager[str]:
+    """Run `hf` with SDPA attention inside the block where its family supports it (eager otherwise), restoring its
+    implementation after; yields the one used (`attention_implementation`).
+
+    Models load eager because hooks read the attention pattern; decoding that reads no pattern is faster on SDPA."""
+    return attention_implementation(hf, "sdpa")
 
 
 class _GrowingLayer(DynamicLayer):

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from .errors import InterpError
+from .generate import attention_implementation
 from .models.model import HookFn, Model
 from .sites import CAPABILITIES, Site, forward_rank
 
@@ -82,17 +83,11 @@ class NNsightModel(Model):
             logits = self.lm.output.logits.save()
         return logits
 
-    @contextlib.contextmanager
-    def _attention(self, pattern: bool) -> Iterator[None]:
+    def _attention(self, pattern: bool) -> contextlib.AbstractContextManager[str]:
         """SDPA for this forward unless a site reads the pattern (HF's eager attention returns it as the module's
         second output), where `info.attention` allows it: the tl backend's numbers in every unhooked layer."""
-        cfg = self.hf.config
-        before = cfg._attn_implementation
-        cfg._attn_implementation = "eager" if pattern or not self.info.attention.startswith("sdpa") else "sdpa"
-        try:
-            yield
-        finally:
-            cfg._attn_implementation = before
+        sdpa = not pattern and self.info.attention.startswith("sdpa")
+        return attention_implementation(self.hf, "sdpa" if sdpa else "eager")
 
     __call__ = forward
 

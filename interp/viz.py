@@ -52,8 +52,9 @@ class AttentionView:
 
 
 def attention_view(patterns: Any, tokens: Sequence[str], names: Sequence[str] | None = None,
-                   mask_upper_tri: bool = True) -> AttentionView:
-    """A view of stored patterns: (heads, query, key) weights over `tokens` (query = key = len(tokens))."""
+                   mask_upper_tri: bool = True, max_value: float | None = None) -> AttentionView:
+    """A view of stored patterns: (heads, query, key) weights over `tokens` (query = key = len(tokens)); colours
+    run from 0 to `max_value` (None: CircuitsVis's 1, a full weight)."""
     cva = _circuitsvis()
     pats = np.asarray(patterns, dtype=np.float32)  # (heads, q, k)
     if pats.ndim == 2:
@@ -65,7 +66,7 @@ def attention_view(patterns: Any, tokens: Sequence[str], names: Sequence[str] | 
     if len(names) != pats.shape[0]:
         raise ValueError(f"attention_view: {len(names)} names for {pats.shape[0]} heads")
     rendered = cva.attention_heads(attention=pats, tokens=list(tokens), attention_head_names=names,
-                                   mask_upper_tri=mask_upper_tri)
+                                   mask_upper_tri=mask_upper_tri, max_value=max_value)
     return AttentionView(rendered.local_src, list(tokens), names, pats)
 
 

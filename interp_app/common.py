@@ -278,20 +278,39 @@ def optional_table(run: Run, name: str) -> pd.DataFrame | None:
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def _attention_html(patterns: np.ndarray, tokens: list[str], names: list[str]) -> str:
-    """The view's HTML, built once per (patterns, tokens, names): a (heads, 320, 320) view takes seconds."""
+def attention_html(patterns: np.ndarray, tokens: list[str], names: list[str], height: int = 640,
+                   max_value: float | None = None) -> str:
+    """The view's HTML for an iframe `height` pixels high, built once per arguments (a (heads, 320, 320) view
+    takes seconds). CircuitsVis draws the selected head as a square as wide as the page, under its head selector:
+    in a wide iframe that square runs far below the fold, so the first screen shows only the top of the pattern
+    (for causal attention, the masked grey triangle) and cuts the "Destination Token" axis title. The view is
+    held to a width whose square, selector and titles fit `height`."""
     from interp.viz import attention_view as view
 
-    return view(patterns, tokens, names).html
+    html = view(patterns, tokens, names, max_value=max_value).html
+    n = len(names)
+    fit = (f".cv-fit {{max-width: {attention_width(height, n, 12)}px}} "  # one selector row of twelfths
+           f"@media (max-width: 991.98px) {{.cv-fit {{max-width: {attention_width(height, n, 6)}px}}}} "
+           f"@media (max-width: 767.98px) {{.cv-fit {{max-width: {attention_width(height, n, 4)}px}}}}")
+    return f'<style>{fit}</style><div class="cv-fit">{html}</div>'
 
 
-def attention_view(patterns: Any, tokens: list[str], names: list[str], height: int = 640) -> None:
-    """A CircuitsVis attention-heads view (`interp.viz.attention_view`: (heads, n, n) weights over n tokens) in an
-    iframe, self-contained (no network); a caption instead when circuitsvis is not installed."""
+def attention_width(height: int, n_heads: int, per_row: int) -> int:
+    """The widest CircuitsVis view of `n_heads` whose head selector (square thumbnails, `per_row` to a row: 12
+    in an iframe 992 pixels wide or more, 6 from 768, else 4), zoomed square and titles fit `height` pixels."""
+    rows = -(-n_heads // per_row)
+    return max(240, int((height - 150 - 6 * rows) / (1 + rows / per_row)))
+
+
+def attention_view(patterns: Any, tokens: list[str], names: list[str], height: int = 640,
+                   max_value: float | None = None) -> None:
+    """A CircuitsVis attention-heads view (`interp.viz.attention_view`: (heads, n, n) weights over n tokens,
+    coloured from 0 to `max_value`) in an iframe, self-contained (no network), the whole view within `height`
+    (`attention_html`); a caption instead when circuitsvis is not installed."""
     import streamlit.components.v1 as components
 
     try:
-        html = _attention_html(np.asarray(patterns, dtype=np.float32), list(tokens), list(names))
+        html = attention_html(np.asarray(patterns, dtype=np.float32), list(tokens), list(names), height, max_value)
     except InterpError as e:
         st.caption(str(e))
         return

@@ -14,8 +14,8 @@ One job a module:
 - `resolve`: `resolve_model` and `Resolved`, and the checks before any weight loads (architecture, files,
   layers, context, a token counter: `model_limits`); torch-free at import and in use, so the CLI checks a name
   in a second;
-- `device`: `pick_device`, `pick_dtype`, `set_cpu_threads`, and whether the weights fit the free memory
-  (`free_memory`, `check_fits`);
+- `device`: `pick_device`, `pick_dtype`, `set_cpu_threads`, whether the weights fit the free memory
+  (`free_memory`, `check_fits`), and `synchronize` (wait for a device's queued kernels: every timer's ends);
 - `model`: `ModelInfo` and `Model` (hooks at sites, forward, tokens, the unembedding), `HookFn`;
 - `load`: `load_model` (resolve, check, load the HF weights, wrap them in the TransformerBridge or the nnsight
   backend) and `twin`.
@@ -45,6 +45,7 @@ _LAZY = {
     "pick_device": "device",
     "pick_dtype": "device",
     "set_cpu_threads": "device",
+    "synchronize": "device",
     "HookFn": "model",
     "Model": "model",
     "ModelInfo": "model",

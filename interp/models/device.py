@@ -1,4 +1,5 @@
-"""Where a model runs: the device, the dtype, the CPU threads, and whether its weights fit the free memory."""
+"""Where a model runs: the device, the dtype, the CPU threads, whether its weights fit the free memory, and waiting
+for the device's queued work (`synchronize`, which every timer calls)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,18 @@ def pick_device(device: str = "auto") -> str:
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError("device", device, "CUDA is not available here; use cpu or auto")
     return device
+
+
+def synchronize(where=None) -> None:
+    """Wait for the kernels queued on `where`'s device: a model (its `.device`), a tensor, a torch.device or a name
+    ("cuda:1"); a no-op on the CPU and for None. A timer calls it before it starts and before it stops: CUDA kernels
+    run asynchronously, so an unsynchronised timer measures the launches, not the work."""
+    dev = getattr(where, "device", where)
+    if dev is None or (getattr(dev, "type", None) or str(dev).partition(":")[0]) != "cuda":
+        return
+    import torch
+
+    torch.cuda.synchronize(torch.device(dev))
 
 
 def pick_dtype(device: str, dtype: str | None) -> "torch.dtype":

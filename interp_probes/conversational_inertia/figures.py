@@ -77,6 +77,27 @@ def reply_rows_heatmap(rows: np.ndarray, row_tokens: Sequence[str], key_tokens: 
     return fig
 
 
+def reply_rows_view(rows: np.ndarray, top: np.ndarray, tok: pd.DataFrame, max_keys: int = 160
+                    ) -> tuple[np.ndarray, list[str], list[str]] | None:
+    """The stored reply rows of every top head as CircuitsVis wants them: a square (heads, n, n) pattern over the n
+    keys from the start of the most recent earlier reply (the block's columns) to the end of the current reply, at
+    most the last `max_keys`, each reply row at its query position and the other rows empty; with its tokens and
+    head names. The current reply is the bottom rows and the earlier reply the left columns, so the first screen
+    shows the diagonal the probe measures. None when the stored shapes disagree."""
+    rows = np.asarray(rows)  # (heads, rows, keys)
+    pos = tok[tok.row >= 0].sort_values("row").position.to_numpy()  # query position of each reply row
+    if rows.ndim != 3 or not len(pos) or len(pos) != rows.shape[1] or rows.shape[2] != len(tok):
+        return None
+    end = int(pos.max()) + 1
+    cols = tok[tok.col >= 0].position
+    start = max(int(cols.min()) if len(cols) else 0, end - max_keys)
+    full = np.zeros((rows.shape[0], end - start, end - start), dtype=np.float32)  # (heads, q, k)
+    keep = pos >= start
+    full[:, pos[keep] - start, :] = rows[:, keep, start:end]
+    tokens = tok.sort_values("position").token.tolist()[start:end]
+    return full, tokens, [head_label(int(a), int(b)) for a, b in top]
+
+
 def segment_legend() -> str:
     """Markdown of the segment colours."""
     return " ".join(f"<span style='color:{c}'>■</span> {s}" for s, c in SEGMENT_COLOURS.items())

@@ -98,23 +98,17 @@ def head_census(run: Run) -> None:
     circuitsvis_rows(blocks[f"rows_{v}"], top, tok)
 
 
-def circuitsvis_rows(rows, top, tok: pd.DataFrame, max_keys: int = 320) -> None:
-    """The stored reply rows of every top head as a CircuitsVis view: (heads, rows, keys) placed at the reply's
-    query positions of a (keys x keys) pattern (other rows empty), the last `max_keys` keys up to the reply."""
-    import numpy as np
-
-    rows = np.asarray(rows)  # (heads, rows, keys)
-    pos = tok[tok.row >= 0].sort_values("row").position.to_numpy()  # query position of each reply row
-    if rows.ndim != 3 or len(pos) != rows.shape[1] or rows.shape[2] != len(tok):
+def circuitsvis_rows(rows, top, tok: pd.DataFrame) -> None:
+    """The reply rows of every top head against the most recent earlier reply, as a CircuitsVis view
+    (`F.reply_rows_view`), coloured up to the largest weight shown: the attention sink at position 0 is outside it."""
+    view = F.reply_rows_view(rows, top, tok)
+    if view is None:
         return
-    end = int(pos.max()) + 1
-    start = max(0, end - max_keys)
-    full = np.zeros((rows.shape[0], end - start, end - start), dtype=np.float32)  # (heads, q, k)
-    keep = pos >= start
-    full[:, pos[keep] - start, :] = rows[:, keep, start:end]
-    st.markdown("**CircuitsVis: the reply rows of the top heads** (rows outside the current reply are empty)")
-    common.attention_view(full, tok.sort_values("position").token.tolist()[start:end],
-                          [head_label(int(a), int(b)) for a, b in top])
+    patterns, tokens, names = view
+    st.markdown("**CircuitsVis: the current reply's rows of the top heads**, from the most recent earlier reply on "
+                "(rows outside the current reply are empty; colour up to the largest weight shown, "
+                f"{float(patterns.max()):.3g})")
+    common.attention_view(patterns, tokens, names, height=760, max_value=float(patterns.max()) or None)
 
 
 def _transcript_name(transcripts: pd.DataFrame, index: int) -> str:

@@ -36,6 +36,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from interp.generate import greedy, windowed_repetition_penalty
+from interp.models import synchronize
 from interp.sites import Site
 
 from .data import Prompt
@@ -274,18 +275,12 @@ def _errors(model, types: Sequence[str], tf: Recording, ref: Recording) -> pd.Da
     return pd.DataFrame(rows)
 
 
-def _sync(model) -> None:
-    dev = torch.device(model.device)
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-
-
 def _timed(model, fn):
     """fn()'s result, its wall seconds and its CPU seconds (the device synchronised at both ends)."""
-    _sync(model)
+    synchronize(model)
     t0, c0 = time.perf_counter(), time.process_time()
     out = fn()
-    _sync(model)
+    synchronize(model)
     return out, time.perf_counter() - t0, time.process_time() - c0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -20,7 +20,7 @@ from .adapters import Adapter
 from .evaluate import Retriever, generations_frame, hits_from_ranks, logit_lens_ranks, recall_rows
 from .inject import PrefixCache, Template, generate
 from .topics import Topic
-from .train import Pairs, TrainSettings, identity_sweep, train_adapter
+from .train import Pairs, identity_sweep, train_adapter
 from .vectors import embedding_vectors, first_tokens, logit_lens_tokens, median_embedding_norm
 
 
@@ -77,7 +77,6 @@ class Experiment:
     retriever: Retriever
     targets: list[list[int]]
     median_norm: float
-    settings: TrainSettings
     train_sample: np.ndarray
     compute_dtype: torch.dtype = torch.float32
     """Autocast dtype of the frozen model in training, validation and decoding."""
@@ -87,13 +86,11 @@ class Experiment:
         pc = PrefixCache(model, tmpl) if cfg.prefix_cache else None
         retriever = Retriever(topics, cfg.retrieval_scorer)
         targets = [tmpl.label_ids(model.tokenizer, t.topic) for t in topics]
-        s = TrainSettings(cfg.lr, cfg.weight_decay, cfg.epochs, cfg.batch_size, cfg.clip, cfg.warmup,
-                          cfg.loss_clamp, cfg.eval_every)
         split = np.array(split)
         train = np.flatnonzero(split == "train")
         rng = np.random.default_rng([cfg.seed, 2])
         sample = np.sort(rng.permutation(train)[: cfg.train_recall_sample])
-        return cls(model, cfg, ctx, topics, split, tmpl, pc, retriever, targets, median_embedding_norm(model), s,
+        return cls(model, cfg, ctx, topics, split, tmpl, pc, retriever, targets, median_embedding_norm(model),
                    sample, autocast_dtype(cfg.compute_dtype, model))
 
     def fast(self):
@@ -155,13 +152,13 @@ class Experiment:
         return res
 
     def train(self, variant: str, train: Pairs, val: Pairs, s_star: float, offset: int = 0,
-              settings: TrainSettings | None = None) -> tuple[Adapter, list[dict]]:
+              settings: SelfInterpConfig | None = None) -> tuple[Adapter, list[dict]]:
         scale = s_star if variant in ("identity", "bias_only") else self.init_scale(s_star)
         ad = Adapter(variant, self.d, scale, self.cfg.low_rank_rank, self.cfg.low_rank_init,
                      generator=self.ctx.generator(offset))
         ad.to(self.model.device)
         with self.fast():
-            return train_adapter(self.model, self.tmpl, ad, train, val, settings or self.settings,
+            return train_adapter(self.model, self.tmpl, ad, train, val, settings or self.cfg,
                                  self.ctx.generator(10_000 + offset), self.pc, self.ctx.tqdm)
 
     def eval_sets(self, train_recall: bool = True) -> list[tuple[str, np.ndarray]]:
@@ -256,7 +253,7 @@ class Experiment:
             full[keep] = emb
             res.embed = (keep, emb)
             sub = lambda name: np.intersect1d(self.idx(name), keep)  # noqa: E731
-            settings = TrainSettings(**{**self.settings.__dict__, "epochs": self.cfg.embed_control_epochs})
+            settings = replace(self.cfg, epochs=self.cfg.embed_control_epochs)
             ad, rows = self.train("scalar_affine", self.pairs(full, sub("train")), self.pairs(full, sub("val")),
                                   main.s_star, offset=95_000, settings=settings)
             res.adapters["embed_control"] = ad

@@ -17,130 +17,8 @@ import numpy as np
 
 from interp.errors import ConfigError
 
-# category -> topics; "name|alias|alias" carries aliases
-_TOPICS: dict[str, list[str]] = {
-    "countries": [
-        "France", "Germany", "Italy", "Spain", "Japan", "China", "India", "Brazil", "Canada", "Mexico",
-        "Russia", "Egypt", "Australia", "United States|USA|US|America|United States of America",
-        "United Kingdom|UK|Britain|Great Britain", "Greece", "Turkey", "Sweden", "Argentina", "Ireland",
-    ],
-    "cities": [
-        "Paris", "London", "Tokyo", "New York|New York City|NYC", "Rome", "Berlin", "Madrid", "Moscow",
-        "Beijing", "Sydney", "Cairo", "Chicago", "Los Angeles|LA", "Toronto", "Venice", "Amsterdam", "Istanbul",
-        "Dubai", "Hong Kong", "San Francisco",
-    ],
-    "animals": [
-        "dog|puppy", "cat|kitten", "horse", "elephant", "lion", "tiger", "bear", "wolf", "rabbit|bunny", "mouse",
-        "shark", "whale", "dolphin", "eagle", "snake", "frog", "monkey", "giraffe", "penguin", "cow",
-    ],
-    "foods": [
-        "pizza", "bread", "cheese", "rice", "pasta|spaghetti", "chocolate", "soup", "salad", "sandwich",
-        "hamburger|burger", "sushi", "cake", "cookie|biscuit", "pancake", "egg", "butter", "honey", "ice cream",
-        "bacon", "noodles|noodle",
-    ],
-    "fruits": [
-        "apple", "banana", "orange", "grape", "strawberry", "lemon", "cherry", "peach", "pear", "mango",
-        "pineapple", "watermelon", "coconut", "blueberry", "plum", "kiwi", "lime", "apricot", "raspberry", "melon",
-    ],
-    "plants": [
-        "rose", "oak|oak tree", "pine|pine tree", "cactus", "tulip", "sunflower", "grass", "bamboo", "fern",
-        "moss", "palm tree|palm", "daisy", "lily", "orchid", "ivy", "maple|maple tree", "lavender", "willow",
-        "clover", "seaweed",
-    ],
-    "sports": [
-        "chess", "soccer|football", "basketball", "tennis", "golf", "baseball", "swimming", "boxing", "rugby",
-        "volleyball", "hockey|ice hockey", "skiing", "cycling", "surfing", "wrestling", "badminton", "karate",
-        "archery", "gymnastics", "bowling",
-    ],
-    "instruments": [
-        "piano", "guitar", "violin", "drum|drums", "flute", "trumpet", "saxophone|sax", "cello", "harp",
-        "clarinet", "trombone", "accordion", "banjo", "ukulele", "organ", "harmonica", "tuba", "bagpipes",
-        "xylophone", "oboe",
-    ],
-    "professions": [
-        "doctor|physician", "teacher", "lawyer|attorney", "nurse", "engineer", "chef|cook", "pilot", "farmer",
-        "police officer|policeman|police", "firefighter|fireman", "scientist", "artist", "writer|author",
-        "dentist", "soldier", "judge", "plumber", "carpenter", "actor", "singer",
-    ],
-    "vehicles": [
-        "car|automobile", "bus", "train", "bicycle|bike", "motorcycle|motorbike", "airplane|plane|aeroplane",
-        "helicopter", "ship", "boat", "truck|lorry", "taxi|cab", "tractor", "submarine", "rocket", "scooter",
-        "tram", "ambulance", "van", "yacht", "canoe",
-    ],
-    "weather": [
-        "rain", "snow", "wind", "storm", "thunder", "lightning", "fog", "hail", "tornado", "hurricane",
-        "sunshine|sun", "cloud", "rainbow", "drought", "frost", "blizzard", "heat wave|heatwave", "breeze",
-        "drizzle", "flood",
-    ],
-    "sciences": [
-        "physics", "chemistry", "biology", "mathematics|math|maths", "astronomy", "geology", "psychology",
-        "economics", "medicine", "botany", "zoology", "genetics", "ecology", "computer science", "linguistics",
-        "sociology", "anthropology", "meteorology", "neuroscience", "statistics",
-    ],
-    "body parts": [
-        "heart", "brain", "hand", "foot|feet", "eye", "ear", "nose", "mouth", "tooth|teeth", "knee", "shoulder",
-        "finger", "lung", "liver", "stomach", "skin", "bone", "hair", "elbow", "neck",
-    ],
-    "household objects": [
-        "chair", "table", "bed", "lamp", "sofa|couch", "mirror", "clock", "refrigerator|fridge",
-        "television|TV", "door", "window", "spoon", "fork", "knife", "cup|mug", "plate", "pillow", "blanket",
-        "towel", "umbrella",
-    ],
-    "emotions": [
-        "happiness|joy", "sadness", "anger", "fear", "love", "surprise", "disgust", "jealousy", "pride",
-        "shame", "guilt", "hope", "anxiety", "loneliness", "excitement", "boredom", "gratitude", "envy",
-        "grief", "curiosity",
-    ],
-    "holidays": [
-        "Christmas", "Easter", "Halloween", "Thanksgiving", "New Year's Eve|New Year", "Valentine's Day",
-        "Hanukkah", "Diwali", "Ramadan", "Passover", "Independence Day", "Mother's Day", "Chinese New Year",
-        "Mardi Gras", "Eid", "Saint Patrick's Day|St Patrick's Day", "Father's Day", "Labor Day", "Carnival",
-        "Kwanzaa",
-    ],
-    "materials": [
-        "wood", "steel", "iron", "gold", "silver", "copper", "glass", "plastic", "paper", "cotton", "wool",
-        "leather", "silk", "stone", "concrete", "rubber", "aluminum|aluminium", "clay", "diamond", "marble",
-    ],
-    "clothing": [
-        "shirt", "dress", "jacket", "hat", "shoe|shoes", "sock|socks", "scarf", "glove|gloves", "coat", "skirt",
-        "jeans", "sweater|jumper", "boot|boots", "tie|necktie", "belt", "suit", "pajamas|pyjamas", "sandal",
-        "hoodie", "uniform",
-    ],
-    "drinks": [
-        "coffee", "tea", "water", "milk", "beer", "wine", "juice", "lemonade", "whiskey|whisky", "vodka", "soda",
-        "champagne", "hot chocolate|cocoa", "smoothie", "milkshake", "cider", "rum", "espresso", "tequila", "gin",
-    ],
-    "buildings": [
-        "house|home", "castle", "church", "school", "hospital", "library", "museum", "bridge", "tower",
-        "airport", "stadium", "temple", "prison|jail", "factory", "hotel", "restaurant", "bank", "farm",
-        "palace", "lighthouse",
-    ],
-    "vegetables": [
-        "carrot", "potato", "tomato", "onion", "garlic", "cabbage", "broccoli", "lettuce", "cucumber", "pumpkin",
-        "spinach", "bell pepper|pepper", "corn|maize", "pea|peas", "bean|beans", "mushroom", "celery",
-        "eggplant|aubergine", "radish", "beetroot|beet",
-    ],
-    "tools": [
-        "hammer", "screwdriver", "wrench|spanner", "saw", "drill", "axe", "shovel|spade", "ladder", "scissors",
-        "needle", "rope", "nail", "tape measure", "paintbrush", "pliers", "chisel", "rake", "broom",
-        "flashlight|torch", "wheelbarrow",
-    ],
-    "insects": [
-        "ant", "bee|honeybee", "butterfly", "spider", "mosquito", "fly|housefly", "beetle", "ladybug|ladybird",
-        "grasshopper", "cockroach", "caterpillar", "dragonfly", "wasp", "moth", "snail", "worm|earthworm",
-        "scorpion", "termite", "flea", "firefly",
-    ],
-    "space": [
-        "Moon|the Moon", "Mars", "Jupiter", "Saturn", "Venus", "Mercury", "Neptune", "Uranus", "Pluto",
-        "Earth|planet Earth", "comet", "asteroid", "galaxy", "Milky Way", "black hole", "star", "telescope",
-        "astronaut", "satellite", "meteor|shooting star",
-    ],
-    "technology": [
-        "computer", "smartphone|mobile phone|cell phone|phone", "internet", "camera", "radio", "robot", "laptop",
-        "keyboard", "printer", "battery", "headphones", "microphone", "calculator", "email|e-mail", "website",
-        "software", "light bulb|lightbulb", "tablet", "video game|videogame", "artificial intelligence|AI",
-    ],
-}
+TOPICS_FILE = Path(__file__).with_name("topics.json")
+"""The built-in list, category -> topics in a fixed order; "name|alias|alias" carries aliases."""
 
 
 @dataclass(frozen=True)
@@ -153,7 +31,7 @@ class Topic:
 def builtin_topics() -> list[Topic]:
     """The 500 built-in topics in a fixed order (category, then listing order)."""
     out = []
-    for category, items in _TOPICS.items():
+    for category, items in json.loads(TOPICS_FILE.read_text(encoding="utf-8")).items():
         for item in items:
             name, *aliases = item.split("|")
             out.append(Topic(name, category, tuple(aliases)))

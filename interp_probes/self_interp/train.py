@@ -17,6 +17,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from . import SelfInterpConfig
 from .adapters import Adapter
 from .inject import PrefixCache, Template, label_loss, make_batch
 
@@ -34,18 +35,6 @@ class Pairs:
     def take(self, idx: Sequence[int]) -> "Pairs":
         idx = list(idx)
         return Pairs(self.vectors[idx], [self.targets[i] for i in idx])
-
-
-@dataclass
-class TrainSettings:
-    lr: float = 1e-2
-    weight_decay: float = 0.01
-    epochs: int = 2
-    batch_size: int = 16
-    clip: float = 0.5
-    warmup: int = 10
-    loss_clamp: float = 100.0
-    eval_every: int = 5
 
 
 WARMUP_START = 1e-6
@@ -92,10 +81,13 @@ def mean_loss(model, tmpl: Template, adapter: Adapter, pairs: Pairs, batch_size:
     return total / len(pairs)
 
 
-def train_adapter(model, tmpl: Template, adapter: Adapter, train: Pairs, val: Pairs, s: TrainSettings,
+def train_adapter(model, tmpl: Template, adapter: Adapter, train: Pairs, val: Pairs, s: SelfInterpConfig,
                   generator: torch.Generator, pc: PrefixCache | None = None,
                   progress=None) -> tuple[Adapter, list[dict]]:
     """Train `adapter` in place (then load its best state by validation loss); returns it and the curve rows.
+
+    The settings are the config's own training fields (lr, weight_decay, epochs, batch_size, clip, warmup,
+    loss_clamp, eval_every): one place declares, documents and validates them.
 
     The optimiser holds only the adapter's trainable tensors; the LM's parameters never get gradients.
     """

@@ -94,3 +94,46 @@ def test_families_without_the_path_stay_eager(family, dirs):
         assert (out - eager)[mask.bool()].abs().max() <= 1e-4
     else:  # a family the bridge reconstructs with the rotary class: the identities above hold for it too
         _identities(model)
+
+
+class _HF:
+    """An HF model's attention switch, without the model: `set_attn_implementation` and the config it sets."""
+
+    def __init__(self, impl: str | None, lacks: tuple[str, ...] = ()):
+        self.config = type("Config", (), {"_attn_implementation": impl})()
+        self.lacks, self.calls = lacks, []
+
+    def set_attn_implementation(self, impl: str) -> None:
+        if impl in self.lacks:
+            raise ValueError(f"{impl} is not supported")
+        self.calls.append(impl)
+        self.config._attn_implementation = impl
+
+
+@pytest.mark.parametrize("before, want, lacks, used, calls", [
+    ("eager", "sdpa", (), "sdpa", ["sdpa", "eager"]),      # decoding: SDPA inside, eager restored
+    ("sdpa", "eager", (), "eager", ["eager", "sdpa"]),      # nnsight, a pattern read: eager inside
+    ("eager", "eager", (), "eager", []),                    # already there: no switch
+    ("eager", "sdpa", ("sdpa",), "eager", []),              # a family without SDPA (Gemma 2) stays eager
+    (None, "eager", (), "sdpa", []),                        # a config that names none is left as it is
+])
+def test_attention_implementation_switches_inside_and_restores(before, want, lacks, used, calls):
+    """The one switch that decoding (`decoding_attention`) and the nnsight backend's forward share."""
+    from interp.generate import attention_implementation
+
+    hf = _HF(before, lacks)
+    with attention_implementation(hf, want) as got:
+        assert got == used and hf.config._attn_implementation == (want if calls else before)
+    assert hf.config._attn_implementation == before and hf.calls == calls, (hf.config._attn_implementation, hf.calls)
+
+
+def test_nnsight_forward_reads_patterns_under_eager_and_else_runs_sdpa(dirs):
+    from interp.models import load_model
+
+    model = load_model(str(dirs("llama")), backend="nnsight")
+    assert model.info.attention.startswith("sdpa")
+    with model._attention(pattern=False) as unhooked:
+        assert unhooked == model.hf.config._attn_implementation == "sdpa"
+    with model._attention(pattern=True) as hooked:
+        assert hooked == model.hf.config._attn_implementation == "eager"
+    assert model.hf.config._attn_implementation == "eager"

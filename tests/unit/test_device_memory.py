@@ -131,3 +131,28 @@ def test_out_of_memory_while_the_model_loads_says_the_model_does_not_fit():
 def test_other_errors_are_not_out_of_memory():
     assert runner.out_of_memory(ValueError("x"), _Sized(), "s") is None
     assert runner.out_of_memory(OutOfMemory("model too large"), _Sized(), "model load") is None
+
+
+def test_synchronize_waits_on_the_device_of_a_model_tensor_or_name_and_never_on_the_cpu(monkeypatch):
+    """The one device wait of the project's timers (bench/common.py, keystone's tf_check): a model, a tensor, a
+    torch.device or a name; CUDA is synchronised on that very device, the CPU not at all."""
+    import torch
+
+    from interp.models import synchronize
+
+    waited = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda dev=None: waited.append(dev))
+    synchronize(None)
+    synchronize("cpu")
+    synchronize(torch.zeros(1))
+
+    @dataclass
+    class Stub:
+        device: object
+
+    synchronize(Stub("cpu"))
+    assert waited == [], f"a CPU wait reached CUDA: {waited}"
+    synchronize("cuda:1")
+    synchronize(Stub(torch.device("cuda", 0)))
+    synchronize(torch.device("cuda"))
+    assert waited == [torch.device("cuda", 1), torch.device("cuda", 0), torch.device("cuda")], waited

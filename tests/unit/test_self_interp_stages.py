@@ -28,7 +28,6 @@ from interp_probes.self_interp.inject import PrefixCache, build_template, genera
 from interp_probes.self_interp.topics import Topic, builtin_topics, split_topics
 from interp_probes.self_interp.train import (
     Pairs,
-    TrainSettings,
     effective_warmup,
     identity_sweep,
     param_groups,
@@ -260,7 +259,7 @@ def test_training_moves_only_the_adapter_and_lowers_the_loss(tiny_model):
     pc = PrefixCache(tiny_model, tmpl)
     with torch.no_grad():
         before = float(label_loss(tiny_model, tmpl, make_batch(tmpl, pairs.targets, "cpu"), ad(vecs), pc))
-    s = TrainSettings(lr=0.3, epochs=6, batch_size=8, warmup=1, eval_every=2)
+    s = SelfInterpConfig(lr=0.3, epochs=6, batch_size=8, warmup=1, eval_every=2)
     ad, rows = train_adapter(tiny_model, tmpl, ad, pairs, pairs.take(range(4)), s, g, pc)
     with torch.no_grad():
         after = float(label_loss(tiny_model, tmpl, make_batch(tmpl, pairs.targets, "cpu"), ad(vecs), pc))
