@@ -58,6 +58,7 @@ BENCHMARKS = {
     "backend_capture": _lazy("backends", "backend_capture"),
     "patching": _lazy("patching", "patching_sweep"),
     "digest": _lazy("digest", "digest"),
+    "circuits": _lazy("circuits", "circuits_graph"),
     "gpu": _lazy("gpu", "gpu"),
 }
 

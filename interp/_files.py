@@ -40,6 +40,25 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
         raise
 
 
+def atomic_dir(path: Path, write: Callable[[Path], None]) -> None:
+    """Call write(tmp) on a temporary sibling directory of `path`, then rename it into place; if another process
+    filled `path` first, keep theirs (cache entries: same key, same content)."""
+    import shutil
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        write(tmp)
+        try:
+            os.replace(tmp, path)
+        except OSError:  # another process filled it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
 

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -15,6 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._files import atomic_dir
 from ..sites import Site
 from .calibrate import firing_density, set_density
 from .config import SAETrainConfig
@@ -76,17 +74,7 @@ def cached_sae(
     meta["interp_cache_key"] = key
     sae = train_sae(data_fn(), cfg, metadata=meta, transform=transform, progress=progress,
                     device=device)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    try:
-        save_sae(sae, tmp)
-        try:
-            os.replace(tmp, path)
-        except OSError:  # another process filled it first
-            shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    atomic_dir(path, lambda tmp: save_sae(sae, tmp))
     return sae, False
 
 

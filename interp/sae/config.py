@@ -169,6 +169,9 @@ class TranscoderTrainConfig:
     """Width of JumpReLU's straight-through window, in units of the pre-activation."""
     controller_rate: float = 0.2
     """L0 coefficient update every 25 steps: coeff *= exp(rate * clip((L0 - target) / target, -1, 1))."""
+    matmul_dtype: Literal["float32", "bfloat16"] = "bfloat16"
+    """Precision of the encoder and decoder products during training (weights, Adam and the loss stay float32):
+    bfloat16 is ~3x faster on CPUs with AMX and on GPUs; the trained set is float32 either way."""
     seed: int = 0
     """Seed of the initialisation and the batch order."""
 
@@ -183,6 +186,8 @@ class TranscoderTrainConfig:
         if self.lr <= 0 or self.target_l0 <= 0 or self.bandwidth <= 0:
             raise ConfigError("lr", (self.lr, self.target_l0, self.bandwidth),
                               "positive lr, target_l0 and bandwidth")
+        if self.matmul_dtype not in ("float32", "bfloat16"):
+            raise ConfigError("matmul_dtype", self.matmul_dtype, '"float32" or "bfloat16"')
         if self.k > self.d_transcoder:
             raise ConfigError("k", self.k, f"at most d_transcoder={self.d_transcoder}")
 

@@ -21,23 +21,20 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import shutil
-import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from .._files import atomic_dir
 from ..errors import NumericError
 from ..sites import Site
 from .config import TranscoderTrainConfig
 from .train import batch_indices
-from .transcoder import TranscoderSpec, Transcoders, load_transcoders, save_transcoders
+from .transcoder import Transcoders, TranscoderSpec, load_transcoders, save_transcoders
 
 CACHE_VERSION = 1
 
@@ -107,14 +104,20 @@ def train_transcoders(
     spec = TranscoderSpec(kind=cfg.kind, activation=cfg.activation, n_layers=L, d_in=d_in, d_out=d_out,
                           d_transcoder=F, k=cfg.k)
     gen = torch.Generator().manual_seed(cfg.seed)
-    y_mean = Y.mean(0)  # (L, d_out)
-    y_var = (Y - y_mean).pow(2).sum(-1).mean(0).clamp_min(1e-12)  # (L,)
-    x_std = X.pow(2).sum(-1).mean(0).sqrt().clamp_min(1e-12)  # (L,) RMS norm of the inputs
+    # train on inputs and outputs scaled to a mean squared norm of d (entries ~1, as SAELens's
+    # normalize_activations="expected_average_only_in"), so one learning rate suits every layer; folded back below
+    # (per layer, so no statistic copies the whole buffer)
+    ms_x = torch.stack([X[:, layer].pow(2).sum(-1).mean() for layer in range(L)])  # (L,) mean squared norms
+    ms_y = torch.stack([Y[:, layer].pow(2).sum(-1).mean() for layer in range(L)])
+    sx = math.sqrt(d_in) / ms_x.sqrt().clamp_min(1e-12)  # (L,)
+    sy = math.sqrt(d_out) / ms_y.sqrt().clamp_min(1e-12)
+    y_mean = torch.stack([Y[:, layer].mean(0) for layer in range(L)]) * sy[:, None]  # (L, d_out), scaled
+    y_var = (ms_y * sy.pow(2) - y_mean.pow(2).sum(-1)).clamp_min(1e-12)  # (L,) of the scaled outputs
 
     def randn(*shape):
         return torch.randn(*shape, generator=gen).to(device)
 
-    W_enc = (randn(L, F, d_in) / x_std[:, None, None]).requires_grad_()
+    W_enc = (randn(L, F, d_in) / math.sqrt(d_in)).requires_grad_()
     b_enc = torch.zeros(L, F, device=device, requires_grad=True)
     dec_scale = (y_var / L).sqrt()[:, None, None] / math.sqrt(max(cfg.target_l0, 1.0))
     W_dec = [(randn(F, spec.n_out(layer), d_out) / math.sqrt(d_out) * dec_scale[layer]).requires_grad_()
@@ -122,21 +125,22 @@ def train_transcoders(
     b_dec = y_mean.clone().requires_grad_()
     W_skip = torch.zeros(L, d_out, d_in, device=device, requires_grad=True) if cfg.kind == "skip" else None
     with torch.no_grad():  # thresholds where each feature fires on target_l0 / F of a sample
-        sample = X[torch.randperm(n, generator=gen)[: min(n, 2048)].to(device)]
+        sample = X[torch.randperm(n, generator=gen)[: min(n, 2048)].to(device)] * sx[:, None]
         pre = torch.einsum("bld,lfd->blf", sample, W_enc)  # (s, L, F)
         rank = max(1, min(pre.shape[0], math.ceil((1.0 - min(1.0, cfg.target_l0 / F)) * pre.shape[0])))
         log_theta = pre.kthvalue(rank, dim=0).values.clamp_min(cfg.bandwidth).log().requires_grad_()  # (L, F)
     params = [W_enc, b_enc, b_dec, *W_dec] + ([log_theta] if cfg.activation == "jumprelu" else []) \
         + ([W_skip] if W_skip is not None else [])
     opt = torch.optim.Adam(params, lr=cfg.lr)
+    mm = torch.bfloat16 if cfg.matmul_dtype == "bfloat16" else torch.float32
     coeff, l0_ema = None, None
     t0 = time.perf_counter()
     history: list[dict[str, float]] = []
     bar = tqdm(total=cfg.steps, desc=f"train {cfg.kind} transcoders", disable=not progress, leave=False)
     for step, idx in enumerate(batch_indices(n, cfg.batch, cfg.steps, gen)):
         idx = idx.to(device)
-        xb, yb = X[idx], Y[idx]  # (B, L, d)
-        pre = torch.einsum("bld,lfd->blf", xb, W_enc) + b_enc  # (B, L, F)
+        xb, yb = X[idx] * sx[:, None], Y[idx] * sy[:, None]  # (B, L, d), scaled
+        pre = torch.einsum("bld,lfd->blf", xb.to(mm), W_enc.to(mm)).float() + b_enc  # (B, L, F)
         if cfg.activation == "jumprelu":
             theta = log_theta.exp()
             a = _JumpReLU.apply(pre, theta, cfg.bandwidth)
@@ -146,13 +150,14 @@ def train_transcoders(
             a = torch.zeros_like(pre).scatter(-1, top.indices, top.values.relu())
             l0 = (a > 0).sum(-1).float().mean(0)
         y_hat = b_dec.expand_as(yb).clone()
+        am = a.to(mm)
         if cfg.kind == "clt":
             for src in range(L):
-                y_hat[:, src:] = y_hat[:, src:] + torch.einsum("bf,fod->bod", a[:, src], W_dec[src])
+                y_hat[:, src:] = y_hat[:, src:] + torch.einsum("bf,fod->bod", am[:, src], W_dec[src].to(mm)).float()
         else:
-            y_hat = y_hat + torch.einsum("blf,lfd->bld", a, torch.stack([w[:, 0] for w in W_dec]))
+            y_hat = y_hat + torch.einsum("blf,lfd->bld", am, torch.stack([w[:, 0] for w in W_dec]).to(mm)).float()
         if W_skip is not None:
-            y_hat = y_hat + torch.einsum("bli,loi->blo", xb, W_skip)
+            y_hat = y_hat + torch.einsum("bli,loi->blo", xb.to(mm), W_skip.to(mm)).float()
         rec = ((y_hat - yb).pow(2).sum(-1).mean(0) / y_var).mean()
         loss = rec
         if cfg.activation == "jumprelu":
@@ -175,15 +180,16 @@ def train_transcoders(
         bar.update(1)
     bar.close()
     tc = Transcoders(spec, device=device)
-    with torch.no_grad():
-        tc.W_enc.copy_(W_enc)
+    with torch.no_grad():  # fold the scales in: the set reads and writes the model's own activations
+        tc.W_enc.copy_(W_enc * sx[:, None, None])
         tc.b_enc.copy_(b_enc)
-        tc.b_dec.copy_(b_dec)
+        tc.b_dec.copy_(b_dec / sy[:, None])
         tc.threshold.copy_(log_theta.exp())
         for layer in range(L):
-            tc.W_dec[layer].copy_(W_dec[layer])
+            out = torch.arange(layer, layer + spec.n_out(layer), device=device)
+            tc.W_dec[layer].copy_(W_dec[layer] / sy[out][None, :, None])
         if W_skip is not None:
-            tc.W_skip.copy_(W_skip)
+            tc.W_skip.copy_(W_skip * sx[:, None, None] / sy[:, None, None])
     seconds = time.perf_counter() - t0
     tc.meta = {**dict(meta or {}), "training": {"config": cfg.key(), "steps": cfg.steps, "seconds": seconds,
                                                  "tokens": n, "rec_final": history[-1]["rec"] if history else None,
@@ -317,19 +323,9 @@ def cached_transcoders(model: Any, cfg: TranscoderTrainConfig, data_fn: Callable
     X, Y = data_fn()
     tc = train_transcoders(X, Y, cfg, meta={**dict(meta or {}), "cache_key": key}, progress=progress,
                            device=device)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    try:
-        save_transcoders(tc, tmp)
-        try:
-            os.replace(tmp, path)
-        except OSError:  # another process filled it first
-            shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    atomic_dir(path, lambda tmp: save_transcoders(tc, tmp))
     return tc, False
 
 
-__all__ = ["cached_transcoders", "fit_stats", "mean_loss", "per_layer_losses", "token_losses", "train_transcoders", "transcoder_cache_key",
-           "transcoder_quality"]
+__all__ = ["cached_transcoders", "fit_stats", "mean_loss", "per_layer_losses", "token_losses", "train_transcoders",
+           "transcoder_cache_key", "transcoder_quality"]

@@ -1,9 +1,10 @@
 """Testing a graph by intervening on the real model: ablate features, compare the predicted and observed change.
 
-Prediction (the graph's): ablating a set S sets its features' relative change u_s = -1; every other attributed
-feature t moves by its change in input, u_t = (A[t] . u) / a_t (A's columns carry the source's activation, and a
-JumpReLU / TopK feature above its threshold moves one for one with its pre-activation), solved layer by layer;
-the logit node moves by A[logit] . u. Error nodes and embeddings stay fixed, as in the replacement model.
+Prediction (the graph's): ablating a set S changes its features' activations by -a_s; every other attributed
+feature t moves by its change in input, sum_s (A[t, s] / a_s) delta_s (A's columns carry the source's
+activation, and a JumpReLU / TopK feature above its threshold moves one for one with its pre-activation), but
+not below zero (it turns off), solved layer by layer; the logit node moves by sum_s (A[logit, s] / a_s)
+delta_s. Error nodes and embeddings stay fixed, as in the replacement model.
 
 Observation (the model's): the real model, with the ablated features' decoder vectors times their activations
 subtracted from the MLP outputs they write to, at their positions, and everything downstream recomputed by the
@@ -43,15 +44,16 @@ def feature_influence(graph: AttributionGraph, node: int) -> Tensor:
 def predict(graph: AttributionGraph, chosen: Tensor, node: int) -> float:
     """The change of node `node`'s input the graph predicts when the features `chosen` (row indices) are ablated."""
     A, a, F = graph.adjacency, graph.activations.float(), graph.n_feat
-    u = torch.zeros(graph.n_nodes)
-    u[chosen] = -1.0
-    for _ in range(graph.n_layers + 1):  # features read only earlier layers: the walk ends within n_layers steps
-        new = (A[:F] @ u) / a.clamp_min(1e-12)
-        new[chosen] = -1.0
-        if torch.equal(new, u[:F]):
+    W = A[:, :F] / a.clamp_min(1e-30)  # per unit of each source feature's activation
+    delta = torch.zeros(F)
+    delta[chosen] = -a[chosen]
+    for _ in range(graph.n_layers + 1):  # features read only earlier layers: the walk settles within n_layers steps
+        new = (W[:F] @ delta).clamp_min(-a)  # an activation cannot fall below zero (the feature turns off)
+        new[chosen] = -a[chosen]
+        if torch.equal(new, delta):
             break
-        u[:F] = new
-    return float(A[node] @ u)
+        delta = new
+    return float(W[node] @ delta)
 
 
 @torch.no_grad()

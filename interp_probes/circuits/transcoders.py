@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from interp.data import builtin_corpus, corpus_info, load_texts, token_windows
-from interp.sae import TranscoderTrainConfig, Transcoders, cached_transcoders, load_transcoders, train_transcoders
+from interp.sae import Transcoders, TranscoderTrainConfig, cached_transcoders, load_transcoders, train_transcoders
 from interp.sae.acts import collect_activations
 from interp.sae.transcoder_train import transcoder_quality
 from interp.sites import Site
@@ -95,6 +95,12 @@ def quality(model, tc: Transcoders, eval_ids: Tensor) -> tuple[pd.DataFrame, dic
     return table, summary
 
 
+def _keeper(box: dict, key):
+    def hook(v):
+        box[key] = v
+    return hook
+
+
 @torch.no_grad()
 def top_contexts(model, tc: Transcoders, ids: Tensor, feats: list[tuple[int, int]], n_top: int,
                  left: int = 10, right: int = 3) -> pd.DataFrame:
@@ -107,9 +113,8 @@ def top_contexts(model, tc: Transcoders, ids: Tensor, feats: list[tuple[int, int
     vals = {layer: [] for layer in by_layer}
     for b in _batches(ids):
         x = b["input_ids"].to(model.device)
-        got = {}
-        with model.hooks([(Site("mlp_in", layer), (lambda k: lambda v: got.__setitem__(k, v))(layer))
-                          for layer in by_layer]):
+        got: dict[int, Tensor] = {}
+        with model.hooks([(Site("mlp_in", layer), _keeper(got, layer)) for layer in by_layer]):
             model.forward_until(x, Site("mlp_in", max(by_layer)), torch.ones_like(x))
         for layer, idx in by_layer.items():
             a = tc.encode(layer, got[layer].float())[..., idx].cpu()  # (B, pos, m)
