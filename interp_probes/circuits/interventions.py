@@ -121,10 +121,19 @@ def faithfulness(rows: pd.DataFrame) -> dict[str, float]:
 
     out: dict[str, float] = {}
     g = rows[rows.selection == "graph"]
+
+    def rho(part: pd.DataFrame, col: str) -> float:
+        ok = part[np.isfinite(part[col])]
+        if len(ok) < 3 or ok.predicted.nunique() < 2 or ok[col].nunique() < 2:
+            return float("nan")  # undefined (a constant side)
+        return float(spearmanr(ok.predicted, ok[col]).statistic)
+
     for col, name in (("observed", ""), ("observed_frozen", "_frozen")):
-        out[f"spearman_graph{name}"] = float(spearmanr(g.predicted, g[col]).statistic) if len(g) > 2 else float("nan")
-        out[f"spearman_all{name}"] = float(spearmanr(rows.predicted, rows[col]).statistic) if len(rows) > 2 \
-            else float("nan")
+        out[f"spearman_graph{name}"] = rho(g, col)
+        out[f"spearman_all{name}"] = rho(rows, col)
+    # with the norm denominators frozen, a large ablation can push a later MLP's input far off its scale until it
+    # overflows; such rows are left out of the frozen statistics and counted
+    out["n_frozen_nonfinite"] = int((~np.isfinite(rows.observed_frozen)).sum())
     for how in SELECTIONS:
         out[f"mean_abs_observed_{how}"] = float(rows[rows.selection == how].observed.abs().mean())
     wide = rows.pivot_table(index=["prompt", "k"], columns="selection", values="observed", aggfunc="first").abs()
