@@ -79,7 +79,7 @@ class CircuitsConfig(ProbeConfig):
                   "seq_len": 32, "eval_seqs": 2, "n_prompts": 2, "ablate_k": (1, 3), "batch_size": 32,
                   "max_feature_nodes": 256, "n_contexts": 4},
         "quick": {"d_transcoder": 576, "train_tokens": 8192, "steps": 300, "train_batch": 256, "seq_len": 64,
-                  "eval_seqs": 4, "n_prompts": 6, "max_feature_nodes": 1024},
+                  "eval_seqs": 2, "n_prompts": 5, "max_feature_nodes": 512},
     }
     CONTEXT_FIELDS = ("seq_len",)
     REQUIRES = ("mlp_in", "mlp_out", "edit:mlp_out", "embed", "edit:embed", "final", "attn_pattern",

@@ -197,14 +197,17 @@ class _Backward:
     def set_features(self, feats: Tensor, act: Tensor) -> None:
         """The source features (rows of `feats`: layer, pos, index) and activations, as columns 0..n_feat-1."""
         self.n_feat = feats.shape[0]
+        src = feats[:, 0]
+        n_out = torch.tensor([self.tc.spec.n_out(layer) for layer in range(self.L)], device=src.device)[src]
         for out in range(self.L):
-            cols = [i for i in range(feats.shape[0]) if out in self.tc.out_layers(int(feats[i, 0]))]
-            if not cols:
+            c = ((src <= out) & (out < src + n_out)).nonzero()[:, 0]  # the features writing to layer `out`
+            if not len(c):
                 continue
-            c = torch.tensor(cols, device=act.device)
-            f = feats[c]
-            dec = torch.stack([self.tc.dec(int(f[j, 0]), out)[f[j, 2]] for j in range(len(cols))])  # (m, d)
-            self.writers[out] = (c, f[:, 1], dec.float() * act[c, None].float())
+            dec = torch.empty(len(c), self.tc.spec.d_out, device=act.device)
+            for layer in src[c].unique().tolist():
+                m = src[c] == layer
+                dec[m] = self.tc.dec(layer, out)[feats[c[m], 2]].float()
+            self.writers[out] = (c, feats[c, 1], dec * act[c, None].float())
 
     def rows(self, layers: Tensor, pos: Tensor, vecs: Tensor, n_cols: int) -> Tensor:
         """Direct effects on B' <= batch targets, each read at (layer, pos) along vecs (layer L: the final
