@@ -132,6 +132,25 @@ def _saelens_class(tc: Transcoders) -> str | None:
     return "jumprelu_skip_transcoder" if s.kind == "skip" else "jumprelu_transcoder"
 
 
+def _saelens_transcoder(arch: str, s: TranscoderSpec, state: dict[str, Tensor], meta: dict[str, Any]):
+    """A SAELens (skip) JumpReLU transcoder holding `state`."""
+    from sae_lens.saes.sae import SAEMetadata
+    from sae_lens.saes.transcoder import (
+        JumpReLUSkipTranscoder,
+        JumpReLUSkipTranscoderConfig,
+        JumpReLUTranscoder,
+        JumpReLUTranscoderConfig,
+    )
+
+    cls, cfg_cls = ((JumpReLUSkipTranscoder, JumpReLUSkipTranscoderConfig) if arch == "jumprelu_skip_transcoder"
+                    else (JumpReLUTranscoder, JumpReLUTranscoderConfig))
+    cfg = cfg_cls(d_in=s.d_in, d_sae=s.d_transcoder, d_out=s.d_out, dtype="float32", device="cpu",
+                  metadata=SAEMetadata(**meta), apply_b_dec_to_input=False)
+    sae = cls(cfg)
+    sae.load_state_dict(state)
+    return sae
+
+
 def save_transcoders(tc: Transcoders, path: str | Path) -> Path:
     """Write `tc` under `path` (see the module docstring for the formats); returns `path`."""
     from safetensors.torch import save_file
@@ -146,20 +165,14 @@ def save_transcoders(tc: Transcoders, path: str | Path) -> Path:
             W_enc, b_enc = tc.W_enc[layer].detach().cpu(), tc.b_enc[layer].detach().cpu()
             W_dec, b_dec = tc.W_dec[layer].detach().cpu(), tc.b_dec[layer].detach().cpu()
             if arch is not None:  # SAELens: W_enc (d_in, F), W_dec (F, d_out), W_skip (d_out, d_in)
-                d = path / f"layer_{layer}"
-                d.mkdir(exist_ok=True)
                 state = {"W_enc": W_enc.T.contiguous(), "b_enc": b_enc, "W_dec": W_dec[:, 0].contiguous(),
                          "b_dec": b_dec, "threshold": tc.threshold[layer].detach().cpu()}
                 if tc.W_skip is not None:
                     state["W_skip"] = tc.W_skip[layer].detach().cpu()
-                save_file(state, str(d / "sae_weights.safetensors"))
-                cfg = {"architecture": arch, "d_in": s.d_in, "d_sae": s.d_transcoder, "d_out": s.d_out,
-                       "dtype": "float32", "device": "cpu", "apply_b_dec_to_input": False,
-                       "normalize_activations": "none",
-                       "metadata": {"hook_name": hooks.get("in", "blocks.{l}.mlp.hook_in").format(l=layer),
-                                    "hook_name_out": hooks.get("out", "blocks.{l}.hook_mlp_out").format(l=layer),
-                                    "model_name": tc.meta.get("model")}}
-                (d / "cfg.json").write_text(json.dumps(cfg, indent=1))
+                meta = {"hook_name": hooks.get("in", "blocks.{l}.mlp.hook_in").format(l=layer),
+                        "hook_name_out": hooks.get("out", "blocks.{l}.hook_mlp_out").format(l=layer),
+                        "model_name": tc.meta.get("model")}
+                _saelens_transcoder(arch, s, state, meta).save_model(str(path / f"layer_{layer}"))
             else:  # circuit-tracer: W_enc_<l> (F, d_in) with b_enc, b_dec, threshold; W_dec_<l> (F, n_out, d_out)
                 enc = {f"W_enc_{layer}": W_enc.contiguous(), f"b_enc_{layer}": b_enc, f"b_dec_{layer}": b_dec}
                 if s.activation == "jumprelu":
@@ -219,4 +232,30 @@ def load_transcoders(path: str | Path, device: str | torch.device = "cpu") -> Tr
     return tc.to(device).eval().requires_grad_(False)
 
 
-__all__ = ["ACTIVATIONS", "KINDS", "TranscoderSpec", "Transcoders", "load_transcoders", "save_transcoders"]
+def from_saelens(saes: list) -> Transcoders:
+    """A per-layer set from SAELens transcoders, one per layer in order (`JumpReLUTranscoder`,
+    `JumpReLUSkipTranscoder`, or the plain ReLU `Transcoder`, whose threshold is 0)."""
+    first = saes[0]
+    arch = first.cfg.architecture()
+    if arch not in ("transcoder", "skip_transcoder", "jumprelu_transcoder", "jumprelu_skip_transcoder"):
+        raise ValueError(f"from_saelens: {arch!r} is not a per-layer SAELens transcoder")
+    spec = TranscoderSpec(kind="skip" if "skip" in arch else "plt", activation="jumprelu", n_layers=len(saes),
+                          d_in=int(first.cfg.d_in), d_out=int(first.cfg.d_out), d_transcoder=int(first.cfg.d_sae))
+    tc = Transcoders(spec)
+    with torch.no_grad():
+        for layer, sae in enumerate(saes):
+            tc.W_enc[layer] = sae.W_enc.detach().float().cpu().T
+            tc.b_enc[layer] = sae.b_enc.detach().float().cpu()
+            tc.W_dec[layer].copy_(sae.W_dec.detach().float().cpu()[:, None])
+            tc.b_dec[layer] = sae.b_dec.detach().float().cpu()
+            thr = getattr(sae, "threshold", None)
+            tc.threshold[layer] = 0 if thr is None else thr.detach().float().cpu()
+            if tc.W_skip is not None:
+                tc.W_skip[layer] = sae.W_skip.detach().float().cpu()
+    tc.meta = {"hooks": {"in": getattr(first.cfg.metadata, "hook_name", None),
+                         "out": getattr(first.cfg.metadata, "hook_name_out", None)}}
+    return tc.eval().requires_grad_(False)
+
+
+__all__ = ["ACTIVATIONS", "KINDS", "TranscoderSpec", "Transcoders", "from_saelens", "load_transcoders",
+           "save_transcoders"]

@@ -10,7 +10,9 @@ random or top-activation features?
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Literal
 
 from interp.config import ModelLimits, NonNegativeInt, PositiveInt, ProbeConfig, Range
@@ -28,7 +30,9 @@ class CircuitsConfig(ProbeConfig):
     prompt: str = "The capital of France is"
     """The prompt of the headline graph (BOS first where the tokenizer has one)."""
     transcoders: str = "train"
-    """"train": trained here on `data` (cached), or a directory written by `interp.sae.save_transcoders`."""
+    """"train": trained here on `data` (cached); a directory written by `interp.sae.save_transcoders`; or
+    "saelens:<release>/<sae_id>" with {l} for the layer (per-layer SAELens transcoders such as Gemma Scope 2's;
+    downloads, so only with INTERP_ONLINE=1; their hooks must be the model's mlp_in / mlp_out)."""
     kind: Literal["plt", "skip", "clt"] = "plt"
     """Per-layer transcoders, with a skip path, or cross-layer (train only)."""
     activation: Literal["jumprelu", "topk"] = "topk"
@@ -91,12 +95,17 @@ class CircuitsConfig(ProbeConfig):
             raise ConfigError("prompt", self.prompt, "a non-empty text")
         if not self.ablate_k or min(self.ablate_k) < 1:
             raise ConfigError("ablate_k", self.ablate_k, "a non-empty tuple of positive counts")
-        if self.transcoders != "train":
-            from pathlib import Path
-
-            if not (Path(self.transcoders) / "interp_transcoders.json").is_file():
-                raise ConfigError("transcoders", self.transcoders, '"train" or a directory written by '
-                                  "interp.sae.save_transcoders (with interp_transcoders.json)")
+        if self.transcoders.startswith("saelens:"):
+            release, _, sae_id = self.transcoders[len("saelens:"):].partition("/")
+            if not release or "{l}" not in sae_id:
+                raise ConfigError("transcoders", self.transcoders, "saelens:<release>/<sae_id with {l} for the "
+                                  "layer>, e.g. saelens:gemma-scope-2-270m-pt-transcoders/layer_{l}_width_16k_l0_small")
+            if os.environ.get("INTERP_ONLINE") != "1":
+                raise ConfigError("transcoders", self.transcoders, f"a local transcoder set: SAELens release "
+                                  f"{release!r} downloads its weights, which needs the network (set INTERP_ONLINE=1)")
+        elif self.transcoders != "train" and not (Path(self.transcoders) / "interp_transcoders.json").is_file():
+            raise ConfigError("transcoders", self.transcoders, '"train", a directory written by '
+                              "interp.sae.save_transcoders (with interp_transcoders.json), or saelens:<release>/<id>")
         if self.kind == "clt" and self.transcoders == "train" and self.d_transcoder > 65536:
             raise ConfigError("d_transcoder", self.d_transcoder, "at most 65536 for a CLT trained here")
 

@@ -43,6 +43,26 @@ def pairs(model, ids: Tensor, n_tokens: int, progress: bool = False) -> tuple[Te
     return X, Y
 
 
+def _pretrained(model, spec: str) -> Transcoders:
+    """Per-layer SAELens transcoders of a release (downloaded; the config allows it only with INTERP_ONLINE=1),
+    refused unless they read and write the model's own mlp_in / mlp_out hooks. Not exercised offline: the
+    conversion (`interp.sae.transcoder.from_saelens`) is tested on local SAELens directories."""
+    from interp import load_sae
+    from interp.errors import ConfigError
+    from interp.sae.transcoder import from_saelens
+
+    release, _, template = spec[len("saelens:"):].partition("/")
+    saes = [load_sae(f"saelens:{release}/{template.format(l=layer)}", device="cpu", field="transcoders")
+            for layer in range(model.info.n_layers)]
+    for layer, sae in enumerate(saes):
+        got = (getattr(sae.cfg.metadata, "hook_name", None), getattr(sae.cfg.metadata, "hook_name_out", None))
+        want = (Site("mlp_in", layer).tl_name, Site("mlp_out", layer).tl_name)
+        if got != want:
+            raise ConfigError("transcoders", spec, f"transcoders on {want[0]} -> {want[1]} (layer {layer} of this "
+                              f"release reads {got[0]} and writes {got[1]})")
+    return from_saelens(saes)
+
+
 def train_config(cfg: CircuitsConfig) -> TranscoderTrainConfig:
     return TranscoderTrainConfig(kind=cfg.kind, activation=cfg.activation, d_transcoder=cfg.d_transcoder,
                                  steps=cfg.steps, batch=cfg.train_batch, lr=cfg.lr, target_l0=cfg.target_l0,
@@ -52,6 +72,10 @@ def train_config(cfg: CircuitsConfig) -> TranscoderTrainConfig:
 def obtain(model, cfg: CircuitsConfig, train_ids: Tensor, progress: bool = False) -> tuple[Transcoders, dict]:
     """The transcoder set and how it was had: {"source", "from_cache", "seconds", ...}."""
     t0 = time.perf_counter()
+    if cfg.transcoders.startswith("saelens:"):
+        tc = _pretrained(model, cfg.transcoders)
+        return tc.to(model.device), {"source": cfg.transcoders, "from_cache": False,
+                                     "seconds": time.perf_counter() - t0}
     if cfg.transcoders != "train":
         tc = load_transcoders(cfg.transcoders, device=model.device)
         if tc.n_layers != model.info.n_layers or tc.spec.d_in != model.info.d_model:

@@ -241,3 +241,33 @@ def test_transcoders_round_trip(setup, tmp_path, kind, activation):
 
         assert set(load_file(str(path / "W_dec_1.safetensors"))) == {"W_dec_1"}
         assert "W_enc_1" in load_file(str(path / "W_enc_1.safetensors"))
+
+
+def test_saelens_transcoders_convert(setup, tmp_path):
+    """Per-layer SAELens transcoders (as a pretrained release would give them) become the same set."""
+    import sae_lens
+
+    from interp.sae.transcoder import from_saelens
+
+    m, ids = setup("llama")
+    tc = _transcoders(m, ids, "skip", "jumprelu")
+    path = save_transcoders(tc, tmp_path / "set")
+    back = from_saelens([sae_lens.SAE.load_from_disk(str(path / f"layer_{layer}")) for layer in range(tc.n_layers)])
+    x = torch.randn(4, tc.spec.d_in)
+    for layer in range(tc.n_layers):
+        torch.testing.assert_close(back.reconstruct(layer, {layer: back.encode(layer, x)}, x),
+                                   tc.reconstruct(layer, {layer: tc.encode(layer, x)}, x))
+    assert back.meta["hooks"] == {"in": "blocks.0.mlp.hook_in", "out": "blocks.0.hook_mlp_out"}
+
+
+def test_pretrained_release_refused_offline(monkeypatch):
+    from interp.errors import ConfigError
+    from interp.runner import prepare
+
+    monkeypatch.delenv("INTERP_ONLINE", raising=False)
+    spec = "saelens:gemma-scope-2-270m-pt-transcoders/layer_{l}_width_16k_l0_small"
+    with pytest.raises(ConfigError, match="INTERP_ONLINE=1") as e:
+        prepare("circuits", {"size": "micro", "transcoders": spec})
+    assert len(str(e.value).splitlines()) == 1
+    with pytest.raises(ConfigError, match="{l}"):
+        prepare("circuits", {"size": "micro", "transcoders": "saelens:some-release/layer_3"})
