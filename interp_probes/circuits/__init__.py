@@ -73,6 +73,8 @@ class CircuitsConfig(ProbeConfig):
     """... at most this many."""
     n_prompts: NonNegativeInt = 20
     """Prompts of the faithfulness test (built-in, templated); 0 skips it."""
+    test_max_feature_nodes: PositiveInt = 1024
+    """Features attributed in each test prompt's graph (the most influential first, as for the headline graph)."""
     ablate_k: tuple[int, ...] = (1, 3, 10)
     """Features ablated per prompt and selection (graph influence, random active, top activation)."""
     n_contexts: PositiveInt = 8
@@ -81,9 +83,9 @@ class CircuitsConfig(ProbeConfig):
     SIZE_PRESETS = {
         "micro": {"d_transcoder": 256, "target_l0": 8.0, "train_tokens": 2048, "steps": 60, "train_batch": 256,
                   "seq_len": 32, "eval_seqs": 2, "n_prompts": 2, "ablate_k": (1, 3), "batch_size": 32,
-                  "max_feature_nodes": 256, "n_contexts": 4},
+                  "max_feature_nodes": 256, "test_max_feature_nodes": 256, "n_contexts": 4},
         "quick": {"d_transcoder": 576, "train_tokens": 8192, "steps": 300, "train_batch": 256, "seq_len": 64,
-                  "eval_seqs": 2, "n_prompts": 5, "max_feature_nodes": 512},
+                  "eval_seqs": 2, "n_prompts": 5, "max_feature_nodes": 512, "test_max_feature_nodes": 512},
     }
     CONTEXT_FIELDS = ("seq_len",)
     REQUIRES = ("mlp_in", "mlp_out", "edit:mlp_out", "embed", "edit:embed", "final", "attn_pattern",

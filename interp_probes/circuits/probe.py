@@ -80,7 +80,7 @@ def test_prompts(model, tc, cfg: CircuitsConfig, gen: torch.Generator) -> pd.Dat
     for i, text in enumerate(prompts(cfg.n_prompts, cfg.seed)):
         ids = prompt_ids(model, text)
         p = prepare(model, tc, ids, cfg.desired_logit_prob, cfg.max_n_logits)
-        g = attribute_prepared(model, tc, p, batch_size=cfg.batch_size, max_feature_nodes=cfg.max_feature_nodes)
+        g = attribute_prepared(model, tc, p, batch_size=cfg.batch_size, max_feature_nodes=cfg.test_max_feature_nodes)
         if g.n_feat == 0:
             continue
         for r in ablation_rows(model, tc, g, p, cfg.ablate_k, gen, i):
