@@ -21,8 +21,9 @@ the dashboard (interp_app/) imports from nothing else (tests/unit/test_public_su
     interp.models      load_model, Model, ModelInfo and model resolution (a package, an index of its modules)
     interp.precision   dtypes and autocast where the hardware runs them natively
     interp.registry    @probe and the one list of probes the CLI, sweeps and dashboard read
+    interp.replacement the local replacement model's frozen norm denominators and attention patterns
     interp.runner      run, and its two halves prepare / execute (validate; then run into a store)
-    interp.sae         SAEs: collect, train, calibrate, encode / decode, save, load, cache (a package)
+    interp.sae         SAEs and transcoders: collect, train, calibrate, encode / decode, save, load, cache
     interp.sites       Site, parse_site and the token-first view of an activation
     interp.store       run directories: Run, RunInfo, list_runs, load_run, atomic writes
     interp.sweep       sweep files, planning and executors (run_sweep is `interp.run_sweep`)
@@ -62,7 +63,7 @@ from .store import Run, RunInfo, list_runs, load_run
 #: The public modules (the docstring's list): what code outside the core may import besides `interp`'s names.
 PUBLIC_MODULES = (
     "config", "context", "corpora", "data", "display", "embedder", "errors", "generate", "models", "precision",
-    "registry", "runner", "sae", "sites", "store", "sweep", "viz",
+    "registry", "replacement", "runner", "sae", "sites", "store", "sweep", "viz",
 )
 
 _LAZY = {

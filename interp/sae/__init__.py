@@ -83,6 +83,7 @@ _LAZY = {
     "train_transcoders": "transcoder_train",
     "transcoder_quality": "transcoder_train",
     "cached_transcoders": "transcoder_train",
+    "from_saelens": "transcoder",
 }
 """Public name -> the submodule that defines it. `load_sae` here loads a SAELens directory; the spec loader
 (directories, runs, releases) is `interp.sae.source.load_sae`, exported as `interp.load_sae`."""

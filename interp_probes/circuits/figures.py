@@ -149,10 +149,10 @@ def graph_svg(graph, width: int = 720, node_threshold: float = 0.8, edge_thresho
     pr = prune(graph, node_threshold, edge_threshold)
     meta = {"n_layers": graph.n_layers, "n_pos": graph.n_pos, "n_feat": graph.n_feat,
             "str_tokens": [str(t) for t in graph.tokens], "logit_strs": [str(int(t)) for t in graph.logit_tokens]}
-    g = {"node_mask": pr.node_mask.numpy(), "influence": pr.node_influence.numpy(),
-         "features": graph.features.numpy(), "activations": graph.activations.numpy(),
-         "logit_probs": graph.logit_probs.numpy(), "adjacency": graph.adjacency.numpy(),
-         "edge_mask": pr.edge_mask.numpy()}
+    g = {"node_mask": pr.node_mask.cpu().numpy(), "influence": pr.node_influence.cpu().numpy(),
+         "features": graph.features.cpu().numpy(), "activations": graph.activations.cpu().numpy(),
+         "logit_probs": graph.logit_probs.cpu().numpy(), "adjacency": graph.adjacency.cpu().numpy(),
+         "edge_mask": pr.edge_mask.cpu().numpy()}
     nodes = _layout(nodes_table(g, meta)).set_index("node")
     L, n = graph.n_layers, graph.n_pos
     height = 40 + 14 * (L + 2)

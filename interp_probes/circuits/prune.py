@@ -51,7 +51,7 @@ def threshold_for(scores: Tensor, keep: float) -> Tensor:
     """The score above which the sorted scores hold `keep` of their total (circuit-tracer's find_threshold)."""
     s = scores.flatten().sort(descending=True).values
     cum = s.cumsum(0) / s.sum().clamp_min(1e-30)
-    i = min(int(torch.searchsorted(cum, torch.tensor(keep, dtype=cum.dtype))), len(s) - 1)
+    i = min(int(torch.searchsorted(cum, torch.tensor(keep, dtype=cum.dtype, device=cum.device))), len(s) - 1)
     return s[i]
 
 

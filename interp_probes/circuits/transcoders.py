@@ -11,9 +11,15 @@ import torch
 from torch import Tensor
 
 from interp.data import builtin_corpus, corpus_info, load_texts, token_windows
-from interp.sae import Transcoders, TranscoderTrainConfig, cached_transcoders, load_transcoders, train_transcoders
-from interp.sae.acts import collect_activations
-from interp.sae.transcoder_train import transcoder_quality
+from interp.sae import (
+    Transcoders,
+    TranscoderTrainConfig,
+    cached_transcoders,
+    collect_activations,
+    load_transcoders,
+    train_transcoders,
+    transcoder_quality,
+)
 from interp.sites import Site
 
 from . import CircuitsConfig
@@ -49,7 +55,7 @@ def _pretrained(model, spec: str) -> Transcoders:
     conversion (`interp.sae.transcoder.from_saelens`) is tested on local SAELens directories."""
     from interp import load_sae
     from interp.errors import ConfigError
-    from interp.sae.transcoder import from_saelens
+    from interp.sae import from_saelens
 
     release, _, template = spec[len("saelens:"):].partition("/")
     saes = [load_sae(f"saelens:{release}/{template.format(l=layer)}", device="cpu", field="transcoders")
