@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import inspect
+import re
+import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,6 +43,12 @@ class ProbeSpec:
     """"package.module" of the probe's pure figure functions; its `headline(run)` is the run's notebook figure."""
     source: str = "interp"
     """The distribution that registered the probe (its entry point's), "interp" for the built-in ones."""
+    question: str | None = None
+    """The one question the probe asks, which its dashboard page opens with: the config class docstring's
+    paragraph after the summary line (None when it has only the summary)."""
+    method: str | None = None
+    """A link to the probe's method: the first arXiv id (as an abs URL), else the first URL, in the docstring of
+    the module that registers it."""
 
     def run_function(self) -> Callable[..., Any]:
         """The probe's run(cfg, ctx), imported from `run_ref` (not a stored run: that is `interp.load_run`)."""
@@ -63,18 +72,33 @@ def probe(name: str, run: str, page: str | None = None, figures: str | None = No
     """Class decorator registering a probe config under `name`, with where its parts live.
 
     `run` is "module:function"; `page` the dashboard page module (render(run)); `figures` the module of its
-    pure figure functions, whose `headline(run)` (or the page's) is the figure a run shows in a notebook. The
-    first line of the config class docstring is the probe's one-line summary.
+    pure figure functions, whose `headline(run)` (or the page's) is the figure a run shows in a notebook.
+
+    The probe's words live in two docstrings: the config class's first line is its one-line summary (`interp
+    list`) and the paragraph after it the question its page opens with; the first arXiv id or URL in the
+    registering module's docstring is the link to its method.
     """
 
     def deco(cls: type) -> type:
         if not getattr(cls, "IS_PROBE_CONFIG", False):  # ProbeConfig's marker (the registry imports no config)
             raise TypeError(f"{cls.__name__} must subclass ProbeConfig")
-        summary = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
-        _REGISTRY[name] = ProbeSpec(name, cls, run, summary, page, figures, _LOADING_SOURCE)
+        paragraphs = [p for p in inspect.cleandoc(cls.__doc__ or "").split("\n\n") if p.strip()]
+        summary = paragraphs[0].strip().splitlines()[0] if paragraphs else ""
+        question = " ".join(paragraphs[1].split()) if len(paragraphs) > 1 else None
+        method = _method_link(getattr(sys.modules.get(cls.__module__), "__doc__", None))
+        _REGISTRY[name] = ProbeSpec(name, cls, run, summary, page, figures, _LOADING_SOURCE, question, method)
         return cls
 
     return deco
+
+
+def _method_link(doc: str | None) -> str | None:
+    """The first arXiv id in `doc` as its abs URL, else the first URL in it (trailing punctuation left off)."""
+    if m := re.search(r"arXiv[:\s]*(\d{4}\.\d{4,5})", doc or "", re.I):
+        return f"https://arxiv.org/abs/{m.group(1)}"
+    if m := re.search(r"https?://[^\s)>\]]+", doc or ""):
+        return m.group(0).rstrip(".,;:")
+    return None
 
 
 ENTRY_POINT_GROUP = "interp.probes"

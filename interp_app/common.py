@@ -11,8 +11,9 @@ same way and nothing outside the artifacts root is ever read:
   raises `DamagedRun` like `load_run`.
 - ``resolve_ref(root, ref, probe=None)``: a ``?run=<probe>/<run_id>`` value to a run directory
   inside the root, or `InterpError`.
-- ``intro(question, method, run)``: the sentence and method link every page starts with (drawn by
-  ``generic.render_run`` from a page's QUESTION and METHOD).
+- ``intro(question, method, run)``: the sentence and method link every page starts with;
+  ``probe_intro(spec, run)`` draws it from the probe's registration (the question in its config class
+  docstring, the method link in its module docstring), as ``generic.render_run`` does above every page.
 - ``metric_row(values, *tiles)``: a row of st.metric tiles whose text names metrics (``"{r2} / {q_star}"``).
 - ``tabs(run, panels)``: st.tabs, each drawn by its panel(run).
 - ``status_badge(status)`` / ``status_label(status)`` / ``show_status(status, error)``.
@@ -341,20 +342,15 @@ def short_metrics(metrics: Mapping[str, Any], limit: int = 90) -> str:
 
 
 def method_link(probe: str) -> str | None:
-    """A URL for a probe's method: its page's METHOD, else an arXiv id or URL in its package docstring."""
+    """A URL for a probe's method: its registration's (`ProbeSpec.method`, from the docstring of the module that
+    registers it), unless its page, once imported, declares a METHOD of its own (a third-party page may)."""
     from interp.registry import probes_available
 
     spec = probes_available().get(probe)
-    if spec is not None and spec.page:
-        mod = sys.modules.get(spec.page)
-        if mod is not None and getattr(mod, "METHOD", None):
-            return mod.METHOD
-    doc = getattr(sys.modules.get(f"probes.{probe}"), "__doc__", None) or ""
-    if m := re.search(r"arXiv[:\s]*(\d{4}\.\d{4,5})", doc, re.I):
-        return f"https://arxiv.org/abs/{m.group(1)}"
-    if m := re.search(r"https?://[^\s)>\]]+", doc):
-        return m.group(0)
-    return None
+    if spec is None:
+        return None
+    page = sys.modules.get(spec.page) if spec.page else None
+    return getattr(page, "METHOD", None) or spec.method
 
 
 def run_caption(run: Run | RunInfo) -> str:
@@ -378,6 +374,11 @@ def intro(question: str, method: str | None, run: Run | RunInfo | None = None) -
     st.markdown(question + (f" [Method]({method})" if method else ""))
     if run is not None:
         st.caption(run_caption(run))
+
+
+def probe_intro(spec, run: Run | RunInfo | None = None) -> None:
+    """`intro` from a probe's registration: its question (its summary where it declares none), its method link."""
+    intro(spec.question or spec.summary, method_link(spec.name), run)
 
 
 class _Field:

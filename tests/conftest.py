@@ -1,4 +1,4 @@
-"""Shared fixtures: the embedded model (loaded once per session), a tiny random model, stores."""
+"""Shared fixtures: the embedded model (loaded once per session), tiny random models (of every family), stores."""
 
 from __future__ import annotations
 
@@ -36,6 +36,23 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     from interp.testing import tiny_model_dir
 
     return tiny_model_dir(tmp_path_factory.mktemp("tiny") / "tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def family_dirs(tmp_path_factory):
+    """family -> a saved tiny random model directory of that family (`interp.testing.tiny_family_dir`, default
+    seed), built on first use and shared by the whole session."""
+    from interp.testing import tiny_family_dir
+
+    root = tmp_path_factory.mktemp("families")
+    made = {}
+
+    def get(family: str):
+        if family not in made:
+            made[family] = tiny_family_dir(family, root / family)
+        return made[family]
+
+    return get
 
 
 @pytest.fixture(scope="session")

@@ -23,8 +23,10 @@ MAX_ROWS = 5000
 
 def render(run: Run) -> None:
     spec = probes_available().get(run.probe)
-    question = spec.summary if spec and spec.summary else f"Artifacts of a {run.probe} run."
-    common.intro(question, common.method_link(run.probe), run)
+    if spec is not None:
+        common.probe_intro(spec, run)
+    else:
+        common.intro(f"Artifacts of a {run.probe} run.", None, run)
     common.show_status(run.status, run.manifest.get("error"))
 
     st.subheader("Metrics")
@@ -105,7 +107,7 @@ def probe_page(name: str, root: Path) -> None:
             st.error(f"Cannot open `?run={wanted}`: {e}")
     infos = common.runs(root, name)
     if not infos:
-        common.intro(spec.summary, common.method_link(name))
+        common.probe_intro(spec)
         st.info(f"No {name} runs under `{root}` yet. Make one with `interp run {name}`.")
         return
     render_run(spec, common.select_run(name, infos, chosen), root)
@@ -114,21 +116,23 @@ def probe_page(name: str, root: Path) -> None:
 def render_run(spec, info: RunInfo, root: Path) -> None:
     """Draw one run: the probe's page when done, else the generic page, or the reason it is damaged.
 
-    A page that declares QUESTION (and METHOD, its link) gets its intro drawn here, above its render(run); a page
-    without one draws its own (`intro`)."""
+    A probe whose registration has a question (the config class docstring's paragraph after its summary; the method
+    link comes from its module docstring) gets its intro drawn here, above its page's render(run); so does a page
+    that declares QUESTION (and METHOD) itself, as a third-party page may. Any other page draws its own (`intro`)."""
     if info.status == "damaged":
-        common.intro(spec.summary, common.method_link(spec.name), info)
+        common.probe_intro(spec, info)
         common.show_status("damaged", info.error)
         return
     try:
         run = common.load(info.path, root)
     except DamagedRun as e:
-        common.intro(spec.summary, common.method_link(spec.name), info)
+        common.probe_intro(spec, info)
         common.show_status("damaged", str(e))
         return
     page = common.page_module(spec) if run.status == "done" else None
-    if page is not None and getattr(page, "QUESTION", None):
-        common.intro(page.QUESTION, getattr(page, "METHOD", None), run)
+    question = getattr(page, "QUESTION", None) or spec.question
+    if page is not None and question:
+        common.intro(question, common.method_link(spec.name), run)
     try:
         (page.render if page is not None else render)(run)
     except DamagedRun as e:

@@ -31,7 +31,11 @@ _D_MODEL_SITES = ("embed", "resid_pre", "resid_mid", "resid_post", "attn_in", "a
        page="interp_probes.atoms.page", figures="interp_probes.atoms.figures")
 @dataclass(frozen=True)
 class AtomsConfig(ProbeConfig):
-    """Atoms: AIP geometry, R² and q* of neurons, SAE features and threshold SAEs; capacity x data grid."""
+    """Atoms: AIP geometry, R² and q* of neurons, SAE features and threshold SAEs; capacity x data grid.
+
+    In which geometry do hidden states look like sparse combinations of nearly orthogonal units, and which units qualify
+    as atoms there: neurons, SAE features, or a threshold SAE trained in that geometry?
+    """
 
     hook: str = "resid_post@0.2"
     """The gated site: a residual or MLP-out site, as a TransformerLens hook name, a site name or a depth fraction

@@ -9,12 +9,6 @@ from interp.store import Run
 from interp_app import common
 from interp_probes.atoms import figures as F
 
-QUESTION = (
-    "In which geometry do hidden states look like sparse combinations of nearly orthogonal units, "
-    "and which units qualify as atoms there: neurons, SAE features, or a threshold SAE trained in that geometry?"
-)
-METHOD = "https://arxiv.org/abs/2509.20784"
-
 
 def render(run: Run) -> None:
     m = run.metrics

@@ -1,5 +1,7 @@
 """circuits: transcoders and attribution graphs (Ameisen et al. 2025, "Circuit Tracing"; circuit-tracer's code).
 
+Method: https://transformer-circuits.pub/2025/attribution-graphs/methods.html
+
 Transcoders replace the model's MLPs (per-layer, skip or cross-layer; trained here on the model's own MLP inputs
 and outputs, and cached); the attribution graph of a prompt holds attention patterns and norm denominators fixed,
 so the residual stream is linear in the active features, error nodes and token embeddings, and every edge is an
@@ -25,7 +27,11 @@ from interp.registry import probe
        page="interp_probes.circuits.page", figures="interp_probes.circuits.figures")
 @dataclass(frozen=True)
 class CircuitsConfig(ProbeConfig):
-    """Attribution graphs over transcoders: exactness, pruning, and ablations that test the graph."""
+    """Attribution graphs over transcoders: exactness, pruning, and ablations that test the graph.
+
+    Which transcoder features carry this prompt's prediction, and does the graph that says so predict what happens when
+    those features are removed from the real model?
+    """
 
     prompt: str = "The capital of France is"
     """The prompt of the headline graph (BOS first where the tokenizer has one)."""

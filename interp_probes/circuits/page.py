@@ -10,12 +10,6 @@ from interp_app import common
 from interp_app.figures import token_label
 from interp_probes.circuits import figures as F
 
-QUESTION = (
-    "Which transcoder features carry this prompt's prediction, and does the graph that says so predict what "
-    "happens when those features are removed from the real model?"
-)
-METHOD = "https://transformer-circuits.pub/2025/attribution-graphs/methods.html"
-
 
 def render(run: Run) -> None:
     m = run.metrics

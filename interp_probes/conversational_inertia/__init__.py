@@ -24,7 +24,12 @@ from .envs import ENVS, POLICIES, TEMPLATES
        page="interp_probes.conversational_inertia.page", figures="interp_probes.conversational_inertia.figures")
 @dataclass(frozen=True)
 class ConversationalInertiaConfig(ProbeConfig):
-    """Conversational inertia: diagonal attention to earlier replies and context policies that reduce it."""
+    """Conversational inertia: diagonal attention to earlier replies and context policies that reduce it.
+
+    Does the model treat its own earlier replies as demonstrations (the i-th token of the current reply attending to the
+    i-th token of an earlier one, more so as rounds accumulate), and do shorter contexts stop it from repeating an
+    action the observation already ruled out?
+    """
 
     envs: Annotated[tuple[str, ...], Subset(ENVS)] = ENVS
     """Synthetic environments for the attention transcripts: doorexplore, doorworld (behaviour is gated on

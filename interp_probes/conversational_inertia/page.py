@@ -14,12 +14,6 @@ from interp_app import common
 from interp_app.figures import head_label
 from interp_probes.conversational_inertia import figures as F
 
-QUESTION = (
-    "Does the model treat its own earlier replies as demonstrations (the i-th token of the current reply "
-    "attending to the i-th token of an earlier one, more so as rounds accumulate), and do shorter contexts "
-    "stop it from repeating an action the observation already ruled out?"
-)
-METHOD = "https://arxiv.org/abs/2602.03664"
 K = "conversational_inertia."
 
 

@@ -23,7 +23,13 @@ TASKS = ("edge", "degree", "connectivity", "cycle")
        page="interp_probes.graph_sawtooth.page", figures="interp_probes.graph_sawtooth.figures")
 @dataclass(frozen=True)
 class GraphSawtoothConfig(ProbeConfig):
-    """Graph sawtooth: layers whose attention rebuilds an edge list's adjacency, and SLASH on them."""
+    """Graph sawtooth: layers whose attention rebuilds an edge list's adjacency, and SLASH on them.
+
+    When a model reads a serialised graph, do some layers attend within each node's neighbour list (a "sawtooth" that
+    rebuilds the adjacency), can those layers be found automatically, and does moving part of the attention-sink mass
+    onto the real keys there (SLASH) help graph reasoning more than the same edit on random layers, without hurting
+    ordinary text?
+    """
 
     prompt_format: Literal["raw", "chat"] = "raw"
     """raw: the prompt text as is; chat: wrapped in the model's chat template (empty system prompt)."""

@@ -14,15 +14,6 @@ from interp_app import common
 from interp_app.figures import head_label
 from interp_probes.graph_sawtooth import figures as F
 
-QUESTION = (
-    "When a model reads a serialised graph, do some layers attend within each node's neighbour list "
-    "(a \"sawtooth\" that rebuilds the adjacency), can those layers be found automatically, and does moving "
-    "part of the attention-sink mass onto the real keys there (SLASH) help graph reasoning more than the same "
-    "edit on random layers, without hurting ordinary text?"
-)
-METHOD = "https://arxiv.org/abs/2605.10503"
-
-
 _f = partial(common.fmt_digits, kind="f")
 
 

@@ -71,7 +71,12 @@ class SFTConfig:
        page="interp_probes.keystone.page", figures="interp_probes.keystone.figures")
 @dataclass(frozen=True)
 class KeystoneConfig(ProbeConfig):
-    """Keystone neurons: a tiny prompt-independent set whose zeroing collapses the model."""
+    """Keystone neurons: a tiny prompt-independent set whose zeroing collapses the model.
+
+    Is there a tiny, prompt-independent set of neurons (largest mean |activation| while the model generates, shared by
+    prompts of different capabilities) whose zeroing destroys the model while a matched random set does not, and how
+    much of that collapse runs through the position-0 massive activation and the attention sink?
+    """
 
     prompt_source: str = "builtin"
     """"builtin" (four capability prompts plus generated disjoint groups) or a JSONL file of

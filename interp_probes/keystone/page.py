@@ -9,12 +9,6 @@ from interp.store import Run
 from interp_app import common
 from interp_probes.keystone import figures as F
 
-QUESTION = (
-    "Is there a tiny, prompt-independent set of neurons (largest mean |activation| while the model generates, "
-    "shared by prompts of different capabilities) whose zeroing destroys the model while a matched random set "
-    "does not, and how much of that collapse runs through the position-0 massive activation and the attention sink?"
-)
-METHOD = "https://arxiv.org/abs/2605.24846"
 K = "keystone."
 
 

@@ -21,7 +21,12 @@ RECONSTRUCTION = "paper not found; project reconstruction"
        page="interp_probes.lockin.page", figures="interp_probes.lockin.figures")
 @dataclass(frozen=True)
 class LockinConfig(ProbeConfig):
-    """Narrow fine-tuning geometry: shared degradation curve, stiff directions, harm signal (reconstruction)."""
+    """Narrow fine-tuning geometry: shared degradation curve, stiff directions, harm signal (reconstruction).
+
+    When a model is fine-tuned on a narrow task, what decides how much broad capability it loses: is the damage a fixed
+    function of task progress whatever the regularisation, which geometric quantities of the update trajectory predict
+    it online, and does steering updates off the stiff directions of the broad loss change the trade-off?
+    """
 
     narrow_task: Literal["style"] = "style"
     """Narrow task: "style" (weather reports from ~30 templates, LM loss at every position but 0)."""

@@ -11,13 +11,6 @@ from interp.store import Run
 from interp_app import common
 from interp_probes.lockin import figures as F
 
-QUESTION = (
-    "When a model is fine-tuned on a narrow task, what decides how much broad capability it loses: "
-    "is the damage a fixed function of task progress whatever the regularisation, which geometric "
-    "quantities of the update trajectory predict it online, and does steering updates off the stiff "
-    "directions of the broad loss change the trade-off?"
-)
-METHOD = "https://arxiv.org/abs/2602.15799"
 BANNER = (
     "**Reconstruction.** The paper this probe is named after (trajectory lock-in, drift paradox, spectral "
     "bifurcation) was **not found**; every definition and threshold here is the project's own reconstruction. "

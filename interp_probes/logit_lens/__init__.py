@@ -1,4 +1,7 @@
-"""Logit lens: decode every layer's residual stream through the final norm and unembedding."""
+"""Logit lens: decode every layer's residual stream through the final norm and unembedding.
+
+Method: nostalgebraist 2020, https://www.lesswrong.com/posts/AcKRB8wDpdaN6v6ru/interpreting-gpt-the-logit-lens
+"""
 
 from __future__ import annotations
 
@@ -14,7 +17,11 @@ from interp.registry import probe
        page="interp_probes.logit_lens.page", figures="interp_probes.logit_lens.figures")
 @dataclass(frozen=True)
 class LogitLensConfig(ProbeConfig):
-    """What each layer's residual stream would predict if decoded as the output (logit lens)."""
+    """What each layer's residual stream would predict if decoded as the output (logit lens).
+
+    If each layer's residual stream were decoded as the output (final norm, then unembedding), from which layer on would
+    the model already predict the token it finally predicts?
+    """
 
     prompt: str = "The capital of France is"
     """Raw text to read (no chat template unless `chat` is true)."""

@@ -9,12 +9,6 @@ from interp_app import common
 from interp_app.figures import token_label
 from interp_probes.logit_lens import figures as F
 
-QUESTION = (
-    "If each layer's residual stream were decoded as the output (final norm, then unembedding), "
-    "from which layer on would the model already predict the token it finally predicts?"
-)
-METHOD = "https://www.lesswrong.com/posts/AcKRB8wDpdaN6v6ru/interpreting-gpt-the-logit-lens"
-
 
 def render(run: Run) -> None:
     lens = run.tensor_file("lens")

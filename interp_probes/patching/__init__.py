@@ -24,7 +24,12 @@ SITES = (*POSITION_SITES, "z")
        page="interp_probes.patching.page", figures="interp_probes.patching.figures")
 @dataclass(frozen=True)
 class PatchingConfig(ProbeConfig):
-    """Activation and attribution patching: which layers, positions and heads carry clean -> corrupted."""
+    """Activation and attribution patching: which layers, positions and heads carry clean -> corrupted.
+
+    Which layers, positions and attention heads carry a behaviour? Each component's clean activation is put back into
+    the corrupted run, and the effect is normalised as (patched − corrupt) / (clean − corrupt): 1 where that component
+    alone restores the clean answer; attribution patching estimates the same grid from one backward pass.
+    """
 
     task: Literal["ioi", "factual", "capital"] = "ioi"
     """Built-in pairs (when `data` is not set): ioi (indirect object), factual (landmark -> city), capital."""

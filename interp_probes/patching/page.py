@@ -10,15 +10,6 @@ from interp.store import Run
 from interp_app import common
 from interp_probes.patching import figures as F
 
-QUESTION = (
-    "Which layers, positions and attention heads carry a behaviour? Each component's clean activation is put "
-    "back into the corrupted run, and the effect is normalised as (patched − corrupt) / (clean − corrupt): "
-    "1 where that component alone restores the clean answer; attribution patching estimates the same grid "
-    "from one backward pass."
-)
-METHOD = "https://www.neelnanda.io/mechanistic-interpretability/attribution-patching"
-
-
 _f = common.fmt_digits
 
 

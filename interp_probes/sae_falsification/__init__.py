@@ -26,7 +26,11 @@ GENERATORS = ("local", "openai", "template")
        page="interp_probes.sae_falsification.page", figures="interp_probes.sae_falsification.figures")
 @dataclass(frozen=True)
 class SaeFalsificationConfig(ProbeConfig):
-    """SAE "reasoning" features: contrastive detection, token injection vs control, counterexamples, steering."""
+    """SAE "reasoning" features: contrastive detection, token injection vs control, counterexamples, steering.
+
+    When an SAE feature fires more on reasoning text than on other text, does it encode reasoning, or only surface cues
+    that co-occur with reasoning (tokens, n-grams, style)?
+    """
 
     sae: SAESource = field(default_factory=lambda: SAESource(hook="resid_post@0.3", d_sae=4608,
                                                              train_tokens=300_000))

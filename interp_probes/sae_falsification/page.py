@@ -13,12 +13,6 @@ from interp.store import Run
 from interp_app import common
 from interp_probes.sae_falsification import figures as F
 
-QUESTION = (
-    "When an SAE feature fires more on reasoning text than on other text, does it encode reasoning, or only surface "
-    "cues that co-occur with reasoning (tokens, n-grams, style)?"
-)
-METHOD = "https://arxiv.org/abs/2601.05679"
-
 
 def render(run: Run) -> None:
     m = run.metrics

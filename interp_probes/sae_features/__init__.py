@@ -3,7 +3,8 @@
 For every latent of an SAE (any `interp.load_sae` spec, or one trained here): activation density, a histogram
 of its non-zero activations, its top-activating contexts and samples from each activation interval (quantile
 samples) with per-token values, and its logit effect (top promoted and suppressed tokens of W_dec @ W_U), as
-in SAE dashboards (SAEDashboard, Neuronpedia; Bloom & Lin's SAE-Vis). Position 0 is excluded everywhere.
+in SAE dashboards (SAEDashboard, https://github.com/jbloomAus/SAEDashboard; Neuronpedia; Bloom & Lin's SAE-Vis).
+Position 0 is excluded everywhere.
 `interp export neuronpedia RUN OUT` writes the run as Neuronpedia's feature and activation JSONL.
 """
 
@@ -21,7 +22,11 @@ from interp.registry import probe
        page="interp_probes.sae_features.page", figures="interp_probes.sae_features.figures")
 @dataclass(frozen=True)
 class SaeFeaturesConfig(ProbeConfig):
-    """A feature dashboard for any SAE: density, activation histograms, top contexts, quantile samples, logits."""
+    """A feature dashboard for any SAE: density, activation histograms, top contexts, quantile samples, logits.
+
+    What does each feature of this SAE respond to: how often it fires, how strongly, on which tokens in which contexts,
+    and which output tokens its decoder direction promotes or suppresses?
+    """
 
     sae: SAESource = field(default_factory=lambda: SAESource(hook="resid_post@0.2", d_sae=2304, train_tokens=60_000,
                                                              steps=600))

@@ -8,12 +8,6 @@ from interp.store import Run
 from interp_app import common
 from interp_probes.sae_features import figures as F
 
-QUESTION = (
-    "What does each feature of this SAE respond to: how often it fires, how strongly, on which tokens in which "
-    "contexts, and which output tokens its decoder direction promotes or suppresses?"
-)
-METHOD = "https://github.com/jbloomAus/SAEDashboard"
-
 
 def render(run: Run) -> None:
     feats = run.table("features")

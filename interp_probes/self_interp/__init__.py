@@ -23,7 +23,12 @@ SCORERS = ("auto", "exact", "embedding", "lexical")
        page="interp_probes.self_interp.page", figures="interp_probes.self_interp.figures")
 @dataclass(frozen=True)
 class SelfInterpConfig(ProbeConfig):
-    """Train adapters that let a frozen model describe its own vectors in words (self-interpretation)."""
+    """Train adapters that let a frozen model describe its own vectors in words (self-interpretation).
+
+    Can a frozen model say in words what one of its internal vectors means, once a tiny adapter (as small as d + 1
+    numbers) maps the vector into its input-embedding space, and how much of that readout is description rather than the
+    vector simply echoing its topic's token?
+    """
 
     layer: int | str | None = None
     """Residual after block `layer` (resid_post) at the last token: an index (negative from the last layer), a depth

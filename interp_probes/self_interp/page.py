@@ -13,12 +13,6 @@ from interp.store import Run
 from interp_app import common
 from interp_probes.self_interp import figures as F
 
-QUESTION = (
-    "Can a frozen model say in words what one of its internal vectors means, once a tiny adapter (as small as "
-    "d + 1 numbers) maps the vector into its input-embedding space, and how much of that readout is description "
-    "rather than the vector simply echoing its topic's token?"
-)
-METHOD = "https://arxiv.org/abs/2602.10352"
 K = "self_interp."
 
 

@@ -1,24 +1,9 @@
-"""Tiny random-weight models of every family in interp.testing.FAMILIES, built once per session."""
+"""Tiny random-weight models of every family in interp.testing.FAMILIES, loaded one at a time (their directories
+come from the session fixture `family_dirs` of tests/conftest.py)."""
 
 from __future__ import annotations
 
 import pytest
-
-
-@pytest.fixture(scope="session")
-def family_dirs(tmp_path_factory):
-    """family -> a saved tiny model directory (built on first use)."""
-    from interp.testing import tiny_family_dir
-
-    root = tmp_path_factory.mktemp("families")
-    made = {}
-
-    def get(family: str):
-        if family not in made:
-            made[family] = tiny_family_dir(family, root / family)
-        return made[family]
-
-    return get
 
 
 @pytest.fixture(scope="session")

@@ -8,15 +8,9 @@ import pytest
 import torch
 
 from interp.sites import Site
-from interp.testing import FAMILIES, tiny_family_dir
+from interp.testing import FAMILIES
 
 ON_DEMAND = ("llama", "mistral", "qwen2", "gemma3_text", "olmo2")
-
-
-@pytest.fixture(scope="module")
-def dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("attn")
-    return lambda family: tiny_family_dir(family, root / family)
 
 
 def _batch(model, n_pos: int = 40):
@@ -37,10 +31,10 @@ def _hf_logits(model, ids, mask, impl: str):
 
 
 @pytest.mark.parametrize("family", ON_DEMAND)
-def test_unhooked_is_hf_sdpa_and_hooked_is_eager_bit_for_bit(family, dirs):
+def test_unhooked_is_hf_sdpa_and_hooked_is_eager_bit_for_bit(family, family_dirs):
     from interp.models import load_model
 
-    model = load_model(str(dirs(family)), device="cpu")
+    model = load_model(str(family_dirs(family)), device="cpu")
     assert model.info.attention == "sdpa where unhooked", model.info.attention
     _identities(model)
 
@@ -61,12 +55,12 @@ def _identities(model) -> None:
     assert torch.equal(hooked[keep], eager[keep]), f"hooked vs HF eager {(hooked - eager)[keep].abs().max():.2e}"
 
 
-def test_only_the_hooked_layer_goes_eager(dirs):
+def test_only_the_hooked_layer_goes_eager(family_dirs):
     """A pattern hook on layer 1 fires with the eager pattern; layers 0, 2, 3 stay SDPA (their pattern point never
     fires), and an edit of layer 1's pattern changes the output."""
     from interp.models import load_model
 
-    model = load_model(str(dirs("llama")), device="cpu")
+    model = load_model(str(family_dirs("llama")), device="cpu")
     ids, mask = _batch(model)
     fired = []
     spies = [(Site("attn_pattern", layer), (lambda i: lambda x: fired.append(i))(layer))
@@ -82,10 +76,10 @@ def test_only_the_hooked_layer_goes_eager(dirs):
 
 
 @pytest.mark.parametrize("family", sorted(set(FAMILIES) - set(ON_DEMAND) - {"gemma", "qwen3", "granite", "stablelm"}))
-def test_families_without_the_path_stay_eager(family, dirs):
+def test_families_without_the_path_stay_eager(family, family_dirs):
     from interp.models import load_model
 
-    model = load_model(str(dirs(family)), device="cpu")
+    model = load_model(str(family_dirs(family)), device="cpu")
     if model.info.attention == "eager":
         ids, mask = _batch(model)
         with torch.no_grad():
@@ -127,10 +121,10 @@ def test_attention_implementation_switches_inside_and_restores(before, want, lac
     assert hf.config._attn_implementation == before and hf.calls == calls, (hf.config._attn_implementation, hf.calls)
 
 
-def test_nnsight_forward_reads_patterns_under_eager_and_else_runs_sdpa(dirs):
+def test_nnsight_forward_reads_patterns_under_eager_and_else_runs_sdpa(family_dirs):
     from interp.models import load_model
 
-    model = load_model(str(dirs("llama")), backend="nnsight")
+    model = load_model(str(family_dirs("llama")), backend="nnsight")
     assert model.info.attention.startswith("sdpa")
     with model._attention(pattern=False) as unhooked:
         assert unhooked == model.hf.config._attn_implementation == "sdpa"

@@ -13,7 +13,6 @@ import interp
 from interp.replacement import frozen
 from interp.sae import TranscoderTrainConfig, load_transcoders, save_transcoders, train_transcoders
 from interp.sites import Site
-from interp.testing import tiny_family_dir
 from interp_probes.circuits.checks import exactness
 from interp_probes.circuits.graph import attribute_prepared, prepare
 from interp_probes.circuits.interventions import observe, predict
@@ -26,14 +25,13 @@ PROMPT = "When Mary and John went to the store, John gave a drink to"
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def setup(family_dirs):
     """family -> (model, ids (n, len) of text)."""
-    root = tmp_path_factory.mktemp("circuits-tiny")
     cache = {}
 
     def get(family: str):
         if family not in cache:
-            m = interp.load_model(str(tiny_family_dir(family, root / family)))
+            m = interp.load_model(str(family_dirs(family)))
             from interp.data import builtin_corpus, token_windows
 
             ids = torch.tensor(token_windows(m.tokenizer, builtin_corpus("all", 0), 48, 32, m.info.bos_id))
