@@ -45,13 +45,13 @@ class CircuitsConfig(ProbeConfig):
     """The transcoders' activation (train only). TopK by default: at the token budgets a CPU affords here,
     JumpReLU's L0 penalty drove most features dead (held-out FVE 0.05-0.26 against TopK's 0.42-0.53 on layers
     5, 15, 25 of SmolLM2, 38k tokens, 1000 steps)."""
-    d_transcoder: Annotated[int, Range(8, 1_000_000)] = 2304
+    d_transcoder: Annotated[int, Range(8, 1_000_000)] = 1152
     """Features per layer (train only)."""
     target_l0: Annotated[float, Range(1, 4096)] = 16.0
     """Mean active features per token and layer (jumprelu; topk uses k = round(target_l0))."""
-    train_tokens: Annotated[int, Range(256, 100_000_000)] = 40_000
+    train_tokens: Annotated[int, Range(256, 100_000_000)] = 30_000
     """Tokens of (MLP input, MLP output) pairs per layer the transcoders train on."""
-    steps: Annotated[int, Range(1, 10_000_000)] = 2000
+    steps: Annotated[int, Range(1, 10_000_000)] = 1200
     """Optimiser steps (every layer in each step)."""
     train_batch: PositiveInt = 512
     """Tokens per step."""
