@@ -189,8 +189,9 @@ def test_probe_needing_more_is_refused_before_load(probe):
 
 
 def test_which_probes_run_on_nnsight():
-    """The split this file tests: every probe but the two that read rotary q/k or edit attention patterns."""
-    assert set(_probes_refused()) == {"keystone", "graph_sawtooth"}, _probes_refused()
+    """The split this file tests: every probe but the three that read rotary q/k or edit attention patterns
+    (circuits freezes them for its local replacement model)."""
+    assert set(_probes_refused()) == {"keystone", "graph_sawtooth", "circuits"}, _probes_refused()
     assert {"logit_lens", "atoms", "sae_falsification", "self_interp", "conversational_inertia",
             "lockin"} <= set(_probes_on_both_backends())
 
