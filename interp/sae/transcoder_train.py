@@ -36,7 +36,8 @@ from .config import TranscoderTrainConfig
 from .train import batch_indices
 from .transcoder import Transcoders, TranscoderSpec, load_transcoders, save_transcoders
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
+"""Bumped when training code changes what a cached transcoder set would be (2: scaled activations, bf16 products)."""
 
 
 class _JumpReLU(torch.autograd.Function):
