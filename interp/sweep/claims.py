@@ -92,8 +92,11 @@ def claim_holder(path: Path, ttl: float = CLAIM_TTL) -> dict[str, Any] | None:
 
 
 def try_claim(path: Path, ttl: float = CLAIM_TTL) -> Claim | None:
-    """Take the claim on `path` (an O_EXCL create); None when a live process holds it. An abandoned claim is
-    moved aside (one rename wins) and taken; if what was moved turns out to be a fresh claim, it is put back."""
+    """Take the claim on `path` (an O_EXCL create); None when a live process holds it.
+
+    An abandoned claim is removed under a takeover lock (a second O_EXCL file beside it), and only if it is still
+    the abandoned record once the lock is held; then the O_EXCL create decides who takes the point. A takeover
+    lock older than `TAKEOVER_TTL` seconds belonged to a process that died midway and is cleared."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     token = secrets.token_hex(8)
@@ -105,21 +108,8 @@ def try_claim(path: Path, ttl: float = CLAIM_TTL) -> Claim | None:
             held = read_claim(path)
             if held is None:
                 continue  # released meanwhile: try again
-            if _alive(held, path, ttl):
+            if _alive(held, path, ttl) or not _remove_abandoned(path, held):
                 return None
-            aside = path.with_name(f".{path.name}.{token}.stale")
-            try:
-                os.rename(path, aside)
-            except FileNotFoundError:
-                continue
-            if read_claim(aside) != held:  # a fresh claim replaced the abandoned one meanwhile: give it back
-                try:
-                    os.link(aside, path)
-                except FileExistsError:
-                    pass
-                aside.unlink(missing_ok=True)
-                return None
-            aside.unlink(missing_ok=True)
             continue
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(json.dumps(record))
@@ -127,6 +117,33 @@ def try_claim(path: Path, ttl: float = CLAIM_TTL) -> Claim | None:
             os.fsync(f.fileno())
         return Claim(path, token)
     return None
+
+
+TAKEOVER_TTL = 10.0
+"""Seconds after which a takeover lock is taken for the remains of a process that died while holding it."""
+
+
+def _remove_abandoned(path: Path, held: dict[str, Any]) -> bool:
+    """Remove the claim `held` from `path` under the takeover lock; False when another process holds the lock
+    (it is taking the point over) or the claim changed meanwhile (someone took it)."""
+    lock = path.with_name(f".{path.name}.takeover")
+    try:
+        fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        try:
+            if time.time() - lock.stat().st_mtime > TAKEOVER_TTL:
+                lock.unlink(missing_ok=True)
+        except FileNotFoundError:
+            pass
+        return False
+    os.close(fd)
+    try:
+        if read_claim(path) != held:
+            return False
+        path.unlink(missing_ok=True)  # nobody else removes or replaces a claim that exists while we hold the lock
+        return True
+    finally:
+        lock.unlink(missing_ok=True)
 
 
 

@@ -110,12 +110,28 @@ def test_an_abandoned_claim_is_taken_over(tmp_path):
     assert try_claim(path, ttl=30) is not None
 
 
-def _race(path: str, start: float, q) -> None:
+def test_a_takeover_in_progress_blocks_others_until_its_lock_is_abandoned(tmp_path):
+    path = claim_path(tmp_path, "logit_lens", "ef" * 32)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"host": socket.gethostname(), "pid": _dead_pid(), "token": "dead"}))
+    lock = path.with_name(f".{path.name}.takeover")
+    lock.write_text("")  # another process is taking this abandoned claim over
+    assert try_claim(path) is None, "a second process took over a claim while another held the takeover lock"
+    assert read_claim(path)["token"] == "dead"
+    old = time.time() - 60
+    os.utime(lock, (old, old))  # ... and died midway: its lock is cleared, the claim taken on the next try
+    assert try_claim(path) is None and not lock.exists()
+    taken = try_claim(path)
+    assert taken is not None and read_claim(path)["token"] == taken.token and not lock.exists()
+    taken.release()
+
+
+def _race(path: str, start: float, q, everyone_tried) -> None:
     while time.time() < start:
         time.sleep(0.001)
     claim = try_claim(Path(path))
     q.put(claim is not None)
-    time.sleep(0.5)  # hold it while the others try
+    everyone_tried.wait(60)  # hold it (stay alive) until every racer has tried: a dead holder's claim is fair game
 
 
 @pytest.mark.parametrize("stale", [False, True])
@@ -126,12 +142,13 @@ def test_processes_racing_for_one_claim_one_wins(tmp_path, stale):
         if stale:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({"host": socket.gethostname(), "pid": _dead_pid(), "token": "dead"}))
-        q = ctx.Queue()
+        q, everyone_tried = ctx.Queue(), ctx.Event()
         start = time.time() + 0.3
-        procs = [ctx.Process(target=_race, args=(str(path), start, q)) for _ in range(6)]
+        procs = [ctx.Process(target=_race, args=(str(path), start, q, everyone_tried)) for _ in range(6)]
         for p in procs:
             p.start()
         wins = [q.get(timeout=30) for _ in procs]
+        everyone_tried.set()
         for p in procs:
             p.join(timeout=30)
         assert sum(wins) == 1, f"round {round_}: {sum(wins)} of 6 processes took the claim"
