@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,4 +75,26 @@ def frozen(model: Any, fz: Frozen) -> Iterator[None]:
             yield
 
 
-__all__ = ["Frozen", "frozen", "record"]
+def mlp_swap(n_layers: int, out: Callable[[int, Tensor, Tensor], Tensor]
+             ) -> tuple[list[tuple[Site, Callable]], dict[int, Tensor]]:
+    """Hooks that put `out(layer, x, y)` in place of each layer's MLP output `y`, where `x` is that layer's MLP
+    input on the same forward (what a transcoder reads); and the dict where those inputs land, layer -> x."""
+    xs: dict[int, Tensor] = {}
+
+    def read(layer):
+        def hook(x):
+            xs[layer] = x
+        return hook
+
+    def write(layer):
+        def hook(y):
+            return out(layer, xs[layer], y)
+        return hook
+
+    hooks: list[tuple[Site, Callable]] = []
+    for layer in range(n_layers):
+        hooks += [(Site("mlp_in", layer), read(layer)), (Site("mlp_out", layer), write(layer))]
+    return hooks, xs
+
+
+__all__ = ["Frozen", "frozen", "mlp_swap", "record"]

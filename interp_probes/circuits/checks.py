@@ -5,9 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from interp.replacement import frozen
+from interp.replacement import frozen, mlp_swap
 from interp.sae import Transcoders
-from interp.sites import Site
 
 from .graph import Prompt
 
@@ -18,27 +17,17 @@ def replacement_logits(model, tc: Transcoders, p: Prompt, with_errors: bool = Tr
     replaced by the transcoders' estimate from the replacement's own MLP inputs (features at position 0 zeroed,
     as in the graph), plus the error nodes."""
     acts: dict[int, Tensor] = {}
-    xs: dict[int, Tensor] = {}
 
-    def read(layer):
-        def hook(x):
-            xs[layer] = x.float()
-            a = tc.encode(layer, x.float())
-            a[:, 0] = 0
-            acts[layer] = a
-        return hook
+    def write(layer, x, y):
+        a = tc.encode(layer, x.float())
+        a[:, 0] = 0
+        acts[layer] = a
+        est = tc.reconstruct(layer, {k: v for k, v in acts.items() if k <= layer}, x.float())
+        if with_errors:
+            est = est + p.errors[layer]
+        return est.to(y.dtype)
 
-    def write(layer):
-        def hook(y):
-            est = tc.reconstruct(layer, {k: v for k, v in acts.items() if k <= layer}, xs[layer])
-            if with_errors:
-                est = est + p.errors[layer]
-            return est.to(y.dtype)
-        return hook
-
-    hooks = []
-    for layer in range(tc.n_layers):
-        hooks += [(Site("mlp_in", layer), read(layer)), (Site("mlp_out", layer), write(layer))]
+    hooks, _ = mlp_swap(tc.n_layers, write)
     with frozen(model, p.fz), model.hooks(hooks):
         return model(p.ids.to(model.device))[0].float()
 

@@ -35,7 +35,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp.replacement import Frozen, frozen, record
+from interp.replacement import Frozen, frozen, mlp_swap, record
 from interp.sae import Transcoders
 from interp.sites import Site
 
@@ -160,37 +160,26 @@ class _Backward:
     def __init__(self, model, tc: Transcoders, p: Prompt, batch: int):
         self.tc, self.p, self.L = tc, p, tc.n_layers
         n = p.ids.shape[1]
-        self.x: dict[int, Tensor] = {}
         self.y: dict[int, Tensor] = {}
-        dt = p.embed.dtype
         self.e = p.embed.to(model.dtype).expand(batch, -1, -1).clone().requires_grad_()
 
-        def read(layer):
-            def hook(x):
-                self.x[layer] = x
-            return hook
-
-        def stop(layer):
-            def hook(out):
-                skip = tc.skip(layer, self.x[layer])
-                if skip is None:
-                    y = out.detach().requires_grad_()
-                else:
-                    y = (out.detach() - skip.detach().to(out.dtype)) + skip.to(out.dtype)
-                self.y[layer] = y
-                return y
-            return hook
+        def stop(layer, x, out):
+            skip = tc.skip(layer, x)
+            if skip is None:
+                y = out.detach().requires_grad_()
+            else:
+                y = (out.detach() - skip.detach().to(out.dtype)) + skip.to(out.dtype)
+            self.y[layer] = y
+            return y
 
         def final(f):
             self.f = f
 
-        hooks = [(Site("embed"), lambda _x: self.e)]
-        for layer in range(self.L):
-            hooks += [(Site("mlp_in", layer), read(layer)), (Site("mlp_out", layer), stop(layer))]
-        hooks.append((Site("final"), final))
+        swap, self.x = mlp_swap(self.L, stop)
+        hooks = [(Site("embed"), lambda _x: self.e), *swap, (Site("final"), final)]
         with torch.enable_grad(), frozen(model, p.fz), model.hooks(hooks):
             model(p.ids.to(model.device).expand(batch, n))
-        self.n, self.dt = n, dt
+        self.n = n
         # per output layer: the active features writing there, their positions and scaled decoder vectors
         self.writers: dict[int, tuple[Tensor, Tensor, Tensor]] = {}
 
@@ -243,25 +232,15 @@ class _Backward:
 def _bias(model, tc: Transcoders, p: Prompt, feats: Tensor) -> tuple[Tensor, Tensor]:
     """(feature biases, logit biases): each target's input with every source zero (frozen values substituted,
     embeddings zeroed, each MLP output = b_dec (+ the skip path))."""
-    x: dict[int, Tensor] = {}
     box: dict[str, Tensor] = {}
 
-    def read(layer):
-        def hook(v):
-            x[layer] = v
-        return hook
+    def write(layer, x, out):
+        y = tc.b_dec[layer].to(out.dtype).expand_as(out).clone()
+        skip = tc.skip(layer, x)
+        return y if skip is None else y + skip.to(out.dtype)
 
-    def write(layer):
-        def hook(out):
-            y = tc.b_dec[layer].to(out.dtype).expand_as(out).clone()
-            skip = tc.skip(layer, x[layer])
-            return y if skip is None else y + skip.to(out.dtype)
-        return hook
-
-    hooks = [(Site("embed"), lambda e: torch.zeros_like(e))]
-    for layer in range(tc.n_layers):
-        hooks += [(Site("mlp_in", layer), read(layer)), (Site("mlp_out", layer), write(layer))]
-    hooks.append((Site("final"), lambda f: box.__setitem__("f", f)))
+    swap, x = mlp_swap(tc.n_layers, write)
+    hooks = [(Site("embed"), lambda e: torch.zeros_like(e)), *swap, (Site("final"), lambda f: box.__setitem__("f", f))]
     with frozen(model, p.fz), model.hooks(hooks):
         model(p.ids.to(model.device))
     fb = torch.stack([tc.pre(int(layer), x[int(layer)][0, int(pos)].float())[idx]

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import interp
-from interp.replacement import frozen
+from interp.replacement import frozen, mlp_swap
 from interp.sae import TranscoderTrainConfig, load_transcoders, save_transcoders, train_transcoders
 from interp.sites import Site
 from interp_probes.circuits.checks import exactness
@@ -113,23 +113,15 @@ def _input_without(m, tc, p, drop: tuple | None, target: tuple[int, int, int] | 
             errors[drop[1], drop[2]] = 0
         else:
             embed[drop[1]] = 0
-    x, box = {}, {}
+    box = {}
 
-    def read(layer):
-        def hook(v):
-            x[layer] = v
-        return hook
+    def write(layer, x, y):
+        est = tc.reconstruct(layer, acts, x[0].float()) + errors[layer]
+        return est[None].to(y.dtype)
 
-    def write(layer):
-        def hook(y):
-            est = tc.reconstruct(layer, acts, x[layer][0].float()) + errors[layer]
-            return est[None].to(y.dtype)
-        return hook
-
-    hooks = [(Site("embed"), lambda e: embed[None].to(e.dtype))]
-    for layer in range(tc.n_layers):
-        hooks += [(Site("mlp_in", layer), read(layer)), (Site("mlp_out", layer), write(layer))]
-    hooks.append((Site("final"), lambda f: box.__setitem__("f", f)))
+    swap, x = mlp_swap(tc.n_layers, write)
+    hooks = [(Site("embed"), lambda e: embed[None].to(e.dtype)), *swap,
+             (Site("final"), lambda f: box.__setitem__("f", f))]
     with torch.no_grad(), frozen(m, p.fz), m.hooks(hooks):
         m(p.ids)
     if target is None:  # the top logit node
