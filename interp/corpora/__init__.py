@@ -3,7 +3,8 @@
 Two parts, both deterministic and independent of the Python installation:
 
 * hand-written paragraphs in `paragraphs_<genre>.txt` (UTF-8, paragraphs separated by blank lines), and
-* generated documents from the template generators in `gen_*.py`, seeded with `random.Random(seed)`.
+* generated documents from the template generators in `gen_*.py` (their word tables in `gen_*.json`, read by
+  `tables.load_tables`), seeded with `random.Random(seed)`.
 
 `documents(seed)` is the paragraphs (genres in file-name order) followed by the generated documents.
 `corpus_sha256(seed)` hashes `"\\n\\n".join(documents(seed))` so runs can record exactly which text they saw;

@@ -5,73 +5,16 @@ from __future__ import annotations
 
 import random
 
-from .tables import MONTHS, ORDINALS, WEEKDAYS, Person, fill, number_word, person, town
+from .tables import MONTHS, ORDINALS, WEEKDAYS, Person, fill, load_tables, number_word, person, town
 
-# (job, how they trained, what the work was, what they are remembered for)
-PROFESSIONS = (
-    ("carpenter", "was apprenticed to a joiner in {t2} at fifteen",
-     "made furniture, staircases and window frames for houses across the district",
-     "a set of carved oak doors for the town hall that are still in use today"),
-    ("schoolteacher", "trained at a teachers' college in {t2}",
-     "taught at the village school for more than thirty years, many of them as head teacher",
-     "a school garden that fed the pupils through several hard winters"),
-    ("engineer", "studied engineering at evening classes while working in a foundry in {t2}",
-     "designed pumps, bridges and water towers for the county council",
-     "a footbridge over the river that was admired for its light, elegant design"),
-    ("photographer", "learned the trade in a portrait studio in {t2}",
-     "photographed weddings, markets, floods and fairs for more than forty years",
-     "an archive of some twenty thousand glass plates recording everyday life in the town"),
-    ("doctor", "qualified in medicine at the hospital in {t2}",
-     "worked as a country doctor, visiting patients first on horseback and later by car",
-     "a campaign for clean drinking water after an outbreak of fever in the poorer streets"),
-    ("baker", "took over the family bakery in {t2} at the age of twenty",
-     "rose at three every morning to bake bread, buns and pies for the shop",
-     "a spiced fruit loaf whose recipe is still guarded by the family"),
-    ("botanist", "studied natural sciences and worked for a time at a botanic garden in {t2}",
-     "travelled widely to collect and describe wild plants, especially mosses and ferns",
-     "a guide to the flowering plants of the county that remained in print for fifty years"),
-    ("potter", "trained at the art school in {t2}",
-     "made bowls, jugs and tiles in a small workshop beside the river",
-     "deep blue glazes that collectors still seek out"),
-    ("nurse", "trained at the infirmary in {t2}",
-     "worked on the wards and later as a district nurse, cycling between farms and villages",
-     "setting up the first clinic for mothers and babies in the district"),
-    ("clockmaker", "was apprenticed to a watchmaker in {t2}",
-     "repaired and built clocks in a narrow shop near the market square",
-     "the great clock in the church tower, which has kept time for over a century"),
-    ("journalist", "started as a junior reporter on a weekly paper in {t2}",
-     "wrote about council meetings, court cases, strikes and floods, and later edited the paper",
-     "a series of articles on housing conditions that led to the clearance of the worst slums"),
-    ("gardener", "worked as a boy in the kitchen gardens of a large house near {t2}",
-     "became head gardener and looked after the glasshouses, orchards and vegetable beds",
-     "breeding a new variety of apple that is still grown in local orchards"),
-    ("organist", "studied music in {t2}",
-     "played the organ at the parish church and trained the choir for several decades",
-     "a collection of hymn tunes and carols that are still sung at Christmas"),
-    ("mapmaker", "learned surveying while working for a railway company in {t2}",
-     "surveyed and drew maps of the surrounding countryside, parish by parish",
-     "a set of detailed maps showing every field, footpath and barn in the valley"),
-)
-HOBBIES = (
-    "a keen amateur astronomer", "a fine singer who rarely missed a choir practice", "a passionate angler",
-    "a devoted gardener who grew prize-winning onions", "a collector of old maps and postcards",
-    "an enthusiastic walker who knew every footpath in the hills", "a skilled chess player",
-    "a tireless letter writer", "a beekeeper", "a talented watercolour painter",
-)
-LEGACIES = (
-    "A blue plaque now marks the house where {he} was born.",
-    "The local museum holds a small collection of {his} work.",
-    "A bench by the river bears {his} name.", "A street on the new estate was named after {him}.",
-    "{His} notebooks are kept in the county archive.",
-    "Many older residents still remember {him} with affection.",
-)
+W = load_tables(__file__)  # gen_people.json; PROFESSIONS rows: (job, training, the work, remembered for)
 
 
 def biography(rng: random.Random) -> str:
     """A short biography of an invented person, with birth, career and death years in order."""
     p = person(rng)
     t, t2, t3 = town(rng), town(rng), town(rng)
-    job, trained, work, known = rng.choice(PROFESSIONS)
+    job, trained, work, known = rng.choice(W.PROFESSIONS)
     born = rng.randint(1820, 1975)
     n_children = rng.randint(2, 9)
     s = dict(p.slots(), t=t, t2=t2, t3=t3, born=str(born), job=job,
@@ -104,7 +47,7 @@ def biography(rng: random.Random) -> str:
         "{He} married {sp} in {m}; the couple had {k} children and lived for many years on the edge of {t3}.",
         "{He} never married, and lived with a younger sibling in a cottage outside {t3}.",
     ), m=str(married), sp=spouse.name, k=number_word(rng.randint(1, 5)), **s))
-    out.append(f"Outside work, {s['he']} was {rng.choice(HOBBIES)}.")
+    out.append(f"Outside work, {s['he']} was {rng.choice(W.HOBBIES)}.")
     age = rng.randint(58, 96)
     if born + age <= 2023:
         out.append(fill(rng, ("{He} died in {died} at the age of {age}.", "{He} died at {t3} in {died}, aged {age}.",
@@ -114,7 +57,7 @@ def biography(rng: random.Random) -> str:
         out.append(fill(rng, ("{He} retired in {r} and still lives in {t}.",
                               "Since retiring in {r}, {he} has divided {his} time between {t} and {t3}."),
                         r=str(born + rng.randint(60, 67)), **s))
-    out.append(rng.choice(LEGACIES).format(**s))
+    out.append(rng.choice(W.LEGACIES).format(**s))
     return " ".join(out)
 
 
@@ -129,33 +72,6 @@ def sentence(rng: random.Random, options: tuple[str, ...], **slots: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-NEWS_ITEMS = (
-    "Work has been busy since the new manager arrived, but I think things are finally settling down.",
-    "We have started digging a vegetable patch at the bottom of the garden, so far mostly stones.",
-    "The kitchen is finally finished, three months later than the builder promised.",
-    "{kid} has just started at the big school and seems to love it, though {kh} will not tell us anything about it.",
-    "I have joined a choir, which is terrifying and wonderful in equal measure.",
-    "The cat has taken to sleeping in the airing cupboard and looks very offended when we open the door.",
-    "We spent a week in {t} in {month}, and it rained every day except the one we went home.",
-    "I have signed up for a ten-kilometre run in the spring, so I am out in the dark most mornings, hating it.",
-    "Mum is much better after her operation and is already back to bossing everyone about.",
-    "The car finally gave up last month, so I am cycling everywhere and feel very virtuous.",
-    "We have been going through the loft and found all our old school reports, which were very entertaining.",
-    "Our neighbour has started keeping chickens, and we are now being given more eggs than we can eat.",
-)
-QUESTIONS = (
-    "How is the new job going?", "Did you ever hear back about the flat?", "How are your parents keeping?",
-    "Are you still painting?", "Did the garden survive the storm?", "Have you finished that enormous book yet?",
-)
-PLANS = (
-    "Would you like to come and stay for a weekend in {month}? The spare room is all yours.",
-    "We must meet up soon. I will be in {t} at the end of {month}, if you are free for lunch.",
-    "Let me know when you are next passing this way, and I will put the kettle on.",
-    "Perhaps we could meet halfway, in {t}? There is a good café by the station.",
-)
-SIGNOFFS = ("With love,", "Love,", "Best wishes,", "All the best,", "Much love,", "Take care,")
-
-
 def letter(rng: random.Random) -> str:
     """A personal letter between invented friends or relatives."""
     to, frm, kid = person(rng), person(rng), person(rng)
@@ -168,11 +84,11 @@ def letter(rng: random.Random) -> str:
         "I hope you are well and that the winter has not been too hard on you.",
         "I was so pleased to get your card, and it made me realise how long it has been since we talked.",
     )))
-    for item in rng.sample(NEWS_ITEMS, rng.randint(2, 4)):
+    for item in rng.sample(W.NEWS_ITEMS, rng.randint(2, 4)):
         out.append(item.format(kid=kid.first, kh=kid.slots()["he"], t=t, month=month))
-    out.append(rng.choice(QUESTIONS))
-    out.append(rng.choice(PLANS).format(month=rng.choice(MONTHS), t=town(rng)))
-    out.append(rng.choice(SIGNOFFS) + " " + frm.first)
+    out.append(rng.choice(W.QUESTIONS))
+    out.append(rng.choice(W.PLANS).format(month=rng.choice(MONTHS), t=town(rng)))
+    out.append(rng.choice(W.SIGNOFFS) + " " + frm.first)
     return "\n".join([out[0], " ".join(out[1:-1]), out[-1]])
 
 
@@ -283,54 +199,9 @@ def short_story(rng: random.Random) -> str:
     return " ".join(plot(rng, p, f, town(rng), month))
 
 
-SCENES = (
-    ("the bakery", (("S", "Morning. What can I get you?"),
-                    ("C", "Two of the seeded rolls, please, and a small brown loaf."),
-                    ("S", "Anything else? The apple turnovers are just out of the oven."),
-                    ("C", "Go on, then. Just the one."),
-                    ("S", "That's four pounds twenty."), ("C", "Here you are. Keep the change for the charity box."))),
-    ("the railway station", (("C", "A return to {t}, please."), ("S", "Coming back today?"),
-                             ("C", "Yes, this evening, probably on the last train."),
-                             ("S", "Then an off-peak day return is the cheapest."), ("C", "Which platform is it?"),
-                             ("S", "Platform two, over the bridge. It's running about five minutes late."))),
-    ("the library", (("C", "I'd like to renew these, please."), ("S", "Of course. Can I see your card?"),
-                     ("C", "Here it is. Is there a waiting list for the new crime novel?"),
-                     ("S", "There is, I'm afraid. You'd be twelfth."), ("C", "Twelfth? I'll be retired by then."),
-                     ("S", "I'll put you down anyway. People read faster than you'd think."))),
-    ("the garage", (("C", "It's making a sort of knocking noise when I go round corners."),
-                    ("S", "Left or right corners?"), ("C", "Mostly left. Does that matter?"),
-                    ("S", "It might. Leave it with me and I'll have a look this afternoon."),
-                    ("C", "How much do you think it will be?"),
-                    ("S", "I can't say until I've seen it. I'll ring you before I do anything."))),
-    ("the chemist", (("C", "I've got a terrible cold. What would you recommend?"), ("S", "Have you got a temperature?"),
-                     ("C", "I don't think so. Just a sore throat and a blocked nose."),
-                     ("S", "Plenty of fluids and rest, then, and these lozenges will help."),
-                     ("C", "Should I see a doctor?"), ("S", "Only if it gets worse or lasts more than a week."))),
-    ("the hardware shop", (("C", "I need a washer for a dripping tap."), ("S", "Do you know what size?"),
-                           ("C", "I brought the old one with me."),
-                           ("S", "Good thinking. That's a half-inch one. Here you are."),
-                           ("C", "Is it difficult to fit?"),
-                           ("S", "Not if you remember to turn the water off first."))),
-    ("the post office", (("C", "I'd like to send this parcel to {t}, please."), ("S", "Pop it on the scales for me."),
-                         ("C", "Will it get there by Friday?"),
-                         ("S", "If you send it first class, it should arrive tomorrow or the day after."),
-                         ("C", "First class, then. It's a birthday present."),
-                         ("S", "Then I hope they like it. That's three pounds ninety."))),
-    ("the café", (("S", "Hello again. The usual?"), ("C", "Please. And I think I'll have a slice of that carrot cake."),
-                  ("S", "Good choice. I made it this morning."), ("C", "Is it busy today?"),
-                  ("S", "It was mad first thing, but it's quietened down now."),
-                  ("C", "Then I'll sit by the window and pretend I'm on holiday."))),
-)
-ENDINGS = (
-    "{c} thanked {s} and went out into the street.", "{s} watched {c} go, then turned back to the queue.",
-    "As {c} left, the bell above the door rang, and someone else came in out of the rain.",
-    "{c} smiled, said goodbye and stepped out into the {weekday} crowds.",
-)
-
-
 def conversation(rng: random.Random) -> str:
     """A short everyday exchange in a shop or office, told with a line of narration before and after."""
-    where, turns = rng.choice(SCENES)
+    where, turns = rng.choice(W.SCENES)
     customer, staff = person(rng), person(rng)
     weekday = rng.choice(WEEKDAYS)
     lines = [fill(rng, (
@@ -347,5 +218,5 @@ def conversation(rng: random.Random) -> str:
         else:
             verb = "replied" if i and rng.random() < 0.3 else "said"
             lines.append(f'"{text[:-1]}," {verb} {name}.')
-    lines.append(rng.choice(ENDINGS).format(c=customer.first, s=staff.first, weekday=weekday))
+    lines.append(rng.choice(W.ENDINGS).format(c=customer.first, s=staff.first, weekday=weekday))
     return " ".join(lines)

@@ -5,53 +5,24 @@ from __future__ import annotations
 
 import random
 
-from .tables import MONTHS, WEEKDAYS, Person, a_an, fill, join_list, number_word, person, sentence_case, town
-
-BRANDS = ("Halden", "Corvex", "Brightwell", "Nordby", "Ambleside", "Kestrel", "Marlow", "Tidewater", "Pennant",
-          "Oakhurst", "Vantage", "Linden")
-# (product, what replaced it / why bought, good points, bad points)
-PRODUCTS = (
-    ("kettle", ("boils a full jug in under three minutes", "is much quieter than my old one",
-                "has a clear window so you can see the water level", "switches off reliably"),
-     ("the lid is stiff to open", "the handle gets warm", "it leaves limescale flakes in the water",
-      "the cord is rather short")),
-    ("rucksack", ("has plenty of pockets without feeling cluttered", "sits comfortably even when it is full",
-                  "kept everything dry in a heavy shower", "has a padded sleeve that fits my laptop"),
-     ("the zips are a little stiff", "the side pockets are too shallow for a water bottle",
-      "the straps started to fray after a few months", "it is heavier than it looks")),
-    ("desk lamp", ("gives a warm, even light", "folds flat when not in use", "has three brightness settings",
-                   "is very stable on the desk"),
-     ("the switch is awkward to find in the dark", "it flickers slightly at the lowest setting",
-      "the arm will not stay in some positions", "the base scratches easily")),
-    ("pair of walking boots", ("were comfortable straight out of the box", "kept my feet dry through muddy fields",
-                               "have excellent grip on wet rock", "give good support to the ankles"),
-     ("they are warm in summer", "the laces keep coming undone", "the soles wore down faster than I expected",
-      "they took a long time to dry after a soaking")),
-    ("bread maker", ("makes a decent loaf with very little effort", "has a useful delay timer",
-                     "is easy to clean", "comes with a good recipe book"),
-     ("it is noisy during kneading", "the paddle gets stuck in the loaf", "it takes up a lot of counter space",
-      "the crust is often too pale")),
-    ("vacuum cleaner", ("has strong suction on carpets", "is light enough to carry upstairs",
-                        "comes with a useful crevice tool", "empties without any mess"),
-     ("the battery lasts barely twenty minutes", "it is loud", "hair wraps around the brush",
-      "the dust container is small")),
-    ("garden hose", ("does not kink, which is a first for me", "has a spray gun with several useful settings",
-                     "reels back in neatly", "is long enough to reach the end of the garden"),
-     ("the connectors leak slightly", "it is stiff in cold weather", "the reel is flimsy",
-      "the spray gun broke after a season")),
-    ("alarm clock", ("has a gentle light that brightens before the alarm", "is easy to set",
-                     "has a pleasant, not too shrill alarm", "keeps good time"),
-     ("the display is too bright at night", "the buttons are tiny", "the snooze button is in an awkward place",
-      "the radio reception is poor")),
-    ("frying pan", ("heats evenly", "has a non-stick surface that really works", "goes in the oven",
-                    "has a comfortable handle"),
-     ("it is heavy", "the coating scratched within months", "the handle gets hot",
-      "it warped slightly on a high heat")),
-    ("bicycle lock", ("feels very solid", "comes with a bracket that fits the frame", "has a key that turns smoothly",
-                      "is long enough to go round a lamp post"),
-     ("it is heavy to carry", "the bracket rattles", "the lock jams in the rain", "the keys are easily lost")),
+from .tables import (
+    MONTHS,
+    WEEKDAYS,
+    Person,
+    a_an,
+    fill,
+    join_list,
+    load_tables,
+    number_word,
+    person,
+    sentence_case,
+    town,
 )
-PRICE_VIEWS = ("poor value", "a little overpriced", "about what I expected", "a fair deal")
+
+# gen_things.json. PRODUCTS rows: (product, why bought, good points, bad points); SOUP_VEG, FLAVOURS, FRUITS and
+# CAKE_EXTRAS rows: (name for titles, amount as it appears in a method); PLANTS rows: (plant, light, water, soil or
+# feeding, a common problem and its cure)
+W = load_tables(__file__)
 VERDICTS = {
     1: ("I cannot recommend it.", "I have sent it back.", "A disappointing purchase."),
     2: ("It does the job, just about, but I would look elsewhere.", "Not terrible, but not good value either."),
@@ -63,10 +34,10 @@ VERDICTS = {
 
 def product_review(rng: random.Random) -> str:
     """A customer review whose star rating agrees with the balance of good and bad points."""
-    thing, goods, bads = rng.choice(PRODUCTS)
+    thing, goods, bads = rng.choice(W.PRODUCTS)
     stars = rng.choice((1, 2, 3, 3, 4, 4, 4, 5, 5))
     n_good, n_bad = {1: (0, 3), 2: (1, 2), 3: (2, 2), 4: (2, 1), 5: (3, 0)}[stars]
-    item = f"{rng.choice(BRANDS)} {thing}"
+    item = f"{rng.choice(W.BRANDS)} {thing}"
     plural = thing.startswith("pair")
     it = "they" if plural else "it"
     weeks = rng.choice(("two weeks", "a month", "three months", "six months", "about a year"))
@@ -87,7 +58,7 @@ def product_review(rng: random.Random) -> str:
         "Delivery was quick and the packaging was mostly recyclable.",
         f"The instructions were {rng.choice(('clear', 'confusing', 'fine', 'almost useless'))}.",
         f"For the price, {it} {'are' if plural else 'is'} "
-        f"{PRICE_VIEWS[min(stars, 4) - 1] if stars > 1 else 'poor value'}.",
+        f"{W.PRICE_VIEWS[min(stars, 4) - 1] if stars > 1 else 'poor value'}.",
         f"{'They look' if plural else 'It looks'} "
         f"{rng.choice(('smart', 'fine', 'rather plain', 'better than in the photos'))}.",
     ]
@@ -97,44 +68,8 @@ def product_review(rng: random.Random) -> str:
     return " ".join(out)
 
 
-# (name for titles, amount as it appears in a method)
-SOUP_VEG = (
-    ("carrot", "six large carrots, chopped"), ("leek", "three leeks, sliced"),
-    ("pea", "five hundred grams of frozen peas"),
-    ("parsnip", "four parsnips, chopped"), ("butternut squash", "a butternut squash, peeled and cubed"),
-    ("mushroom", "four hundred grams of mushrooms, sliced"), ("tomato", "a kilo of ripe tomatoes, chopped"),
-    ("sweet potato", "two large sweet potatoes, cubed"), ("cauliflower", "a cauliflower, broken into florets"),
-    ("beetroot", "four raw beetroot, peeled and chopped"), ("courgette", "three courgettes, sliced"),
-    ("celeriac", "a small celeriac, peeled and diced"),
-)
-FLAVOURS = (
-    ("ginger", "a thumb of fresh ginger, grated"), ("cumin", "a teaspoon of ground cumin"),
-    ("thyme", "a few sprigs of thyme"), ("mint", "a handful of fresh mint"),
-    ("smoked paprika", "a teaspoon of smoked paprika"), ("coriander", "a bunch of coriander, chopped"),
-    ("rosemary", "a sprig of rosemary"), ("lemon", "the zest and juice of a lemon"),
-    ("chilli", "a red chilli, finely chopped"), ("garlic", "three cloves of garlic, crushed"),
-    ("sage", "a few sage leaves"), ("nutmeg", "a good grating of nutmeg"),
-)
-FRUITS = (
-    ("apple", "two apples, peeled and thinly sliced"), ("pear", "two ripe pears, peeled and sliced"),
-    ("plum", "six plums, stoned and halved"), ("blackberry", "two handfuls of blackberries"),
-    ("rhubarb", "three sticks of rhubarb, cut into short lengths"), ("cherry", "a bowl of cherries, stoned"),
-    ("apricot", "eight apricots, halved"), ("raspberry", "a punnet of raspberries"),
-    ("gooseberry", "a bowl of gooseberries, topped and tailed"), ("blueberry", "a punnet of blueberries"),
-)
-CAKE_EXTRAS = (
-    ("almond", "a handful of flaked almonds"), ("hazelnut", "a handful of chopped hazelnuts"),
-    ("walnut", "a handful of chopped walnuts"), ("pistachio", "a handful of chopped pistachios"),
-    ("coconut", "two tablespoons of desiccated coconut"), ("ginger", "a teaspoon of ground ginger"),
-    ("cinnamon", "a teaspoon of cinnamon"), ("cardamom", "the seeds of four cardamom pods, crushed"),
-    ("vanilla", "a teaspoon of vanilla extract"), ("orange", "the grated zest of an orange"),
-)
-ROAST_VEG = ("carrots", "parsnips", "red onions", "peppers", "cubes of squash", "sweet potatoes", "beetroot",
-             "courgettes", "cauliflower florets", "new potatoes", "fennel")
-
-
 def _soup(rng: random.Random) -> tuple[str, list[str]]:
-    (veg, veg_amount), (fl, fl_amount) = rng.choice(SOUP_VEG), rng.choice(FLAVOURS)
+    (veg, veg_amount), (fl, fl_amount) = rng.choice(W.SOUP_VEG), rng.choice(W.FLAVOURS)
     mins = rng.choice(("fifteen", "twenty", "twenty-five", "thirty"))
     return f"{sentence_case(veg)} and {fl} soup", [
         "Soften a chopped onion in a little oil or butter for about ten minutes, without letting it brown.",
@@ -147,7 +82,7 @@ def _soup(rng: random.Random) -> tuple[str, list[str]]:
 
 
 def _cake(rng: random.Random) -> tuple[str, list[str]]:
-    (fruit, fruit_amount), (extra, extra_amount) = rng.choice(FRUITS), rng.choice(CAKE_EXTRAS)
+    (fruit, fruit_amount), (extra, extra_amount) = rng.choice(W.FRUITS), rng.choice(W.CAKE_EXTRAS)
     temp = rng.choice(("one hundred and seventy", "one hundred and eighty"))
     mins = rng.choice(("forty", "forty-five", "fifty"))
     return f"{sentence_case(fruit)} and {extra} cake", [
@@ -162,7 +97,7 @@ def _cake(rng: random.Random) -> tuple[str, list[str]]:
 
 
 def _traybake(rng: random.Random) -> tuple[str, list[str]]:
-    veg, (_, fl_amount) = rng.sample(ROAST_VEG, 2), rng.choice(FLAVOURS)
+    veg, (_, fl_amount) = rng.sample(W.ROAST_VEG, 2), rng.choice(W.FLAVOURS)
     protein = rng.choice(("chicken thighs", "sausages", "chickpeas", "salmon fillets", "halloumi", "pork chops"))
     return f"{sentence_case(protein)} with roast {veg[0]} and {veg[1]}", [
         "Heat the oven to two hundred degrees.",
@@ -174,7 +109,7 @@ def _traybake(rng: random.Random) -> tuple[str, list[str]]:
 
 
 def _crumble(rng: random.Random) -> tuple[str, list[str]]:
-    (a, a_amount), (b, b_amount) = rng.sample(FRUITS, 2)
+    (a, a_amount), (b, b_amount) = rng.sample(W.FRUITS, 2)
     return f"{sentence_case(a)} and {b} crumble", [
         f"Put {a_amount} and {b_amount} in a baking dish with a few spoonfuls of sugar.",
         "Rub a hundred grams of cold butter into a hundred and fifty grams of flour until it looks like breadcrumbs.",
@@ -293,37 +228,9 @@ def news_brief(rng: random.Random) -> str:
     return " ".join(rng.choice(NEWS)(rng, t, n, person(rng), rng.choice(WEEKDAYS)))
 
 
-# (plant, light, water, soil or feeding, a common problem and its cure)
-PLANTS = (
-    ("spider plant", "bright light but not fierce midday sun", "water when the top of the compost feels dry",
-     "feed once a month in spring and summer", "brown tips on the leaves usually mean the air is too dry"),
-    ("peace lily", "shade or indirect light",
-     "keep the compost moist; the leaves droop dramatically when it is thirsty",
-     "feed every few weeks while it is flowering", "yellow leaves are often a sign of too much water"),
-    ("rosemary", "full sun and shelter from cold winds", "water sparingly; it hates sitting in wet soil",
-     "grow it in gritty, well-drained soil", "a plant that has gone woody can be cut back lightly after flowering"),
-    ("tomato plant", "the sunniest spot you have", "water every day in hot weather, always at the base",
-     "feed weekly with a tomato feed once the first fruits appear",
-     "split fruit is caused by irregular watering, so keep it steady"),
-    ("sweet pea", "sun or light shade", "water well in dry spells",
-     "grow it up canes or netting in rich soil", "pick the flowers often, or the plant will stop producing them"),
-    ("cactus", "as much light as possible", "water only when the soil is completely dry, and hardly at all in winter",
-     "use a special gritty compost", "a soft, dark base means rot, usually from overwatering"),
-    ("lavender", "full sun", "water young plants until they are established, then rarely",
-     "plant it in poor, free-draining soil", "trim it after flowering to stop it becoming leggy"),
-    ("fern", "shade and humidity", "keep the compost evenly moist", "feed lightly in summer",
-     "crispy fronds suggest the room is too warm or too dry, so try a bathroom or kitchen"),
-    ("runner bean", "a sunny, sheltered spot", "water generously once the flowers appear",
-     "dig plenty of compost into the bed before planting", "if the flowers fall without setting, water more often"),
-    ("orchid", "bright, indirect light", "soak the roots once a week and let them drain completely",
-     "use bark compost rather than ordinary potting soil",
-     "silvery roots mean it needs water; green roots mean it does not"),
-)
-
-
 def plant_care(rng: random.Random) -> str:
     """A short how-to on looking after a plant, in the second person."""
-    plant, light, water, soil, problem = rng.choice(PLANTS)
+    plant, light, water, soil, problem = rng.choice(W.PLANTS)
     grower = person(rng)
     out = [rng.choice((
         f"How to look after {a_an(plant)}.", f"Growing {a_an(plant)}: a beginner's guide.",
@@ -348,21 +255,9 @@ def plant_care(rng: random.Random) -> str:
     return " ".join(out)
 
 
-EVENT_KINDS = (
-    ("quiz night", "the village hall", "Teams of up to six are welcome, and there will be a raffle at half time."),
-    ("jumble sale", "the church hall", "Donations of clothes, books and toys can be left at the hall on Friday."),
-    ("open garden afternoon", "the gardens of the old rectory", "Tea and homemade cakes will be served on the lawn."),
-    ("talk on local history", "the library", "The talk will be illustrated with old photographs and maps of the town."),
-    ("charity concert", "St {saint}'s church", "The programme includes music by the town band and the school choir."),
-    ("family fun day", "the recreation ground", "There will be a bouncy castle, a dog show and a tug of war."),
-    ("plant sale", "the community garden", "Bring your own bags and boxes, and come early for the best choice."),
-    ("film night", "the community centre", "Doors open half an hour before the film, and there will be popcorn."),
-)
-
-
 def event_notice(rng: random.Random) -> str:
     """A community notice for a local event, with a contact person."""
-    kind, where, detail = rng.choice(EVENT_KINDS)
+    kind, where, detail = rng.choice(W.EVENT_KINDS)
     where = where.format(saint=rng.choice(("Mary", "John", "Anne", "Luke", "Michael")))
     t, contact = town(rng), person(rng)
     cause = rng.choice(("the church roof fund", "the village school", "the local hospice", "the scout group",

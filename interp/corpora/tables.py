@@ -6,8 +6,11 @@ the corpus version: changing any of them changes the generated text and therefor
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
 
 FEMALE_NAMES = (
     "Alice", "Amara", "Anna", "Beatrice", "Bethany", "Carmen", "Chloe", "Clara", "Daisy", "Diana", "Edith",
@@ -136,3 +139,15 @@ def fill(rng: random.Random, options: tuple[str, ...] | list[str], **slots: str)
 def sentence_case(text: str) -> str:
     """Capitalise the first letter without touching the rest."""
     return text[:1].upper() + text[1:]
+
+
+def load_tables(module_file: str) -> SimpleNamespace:
+    """The word tables of a generator module, from the JSON file beside it (`gen_x.py` -> `gen_x.json`), with
+    every list made a tuple again: the tables are data, the templates that fill them are code."""
+    def tup(v):
+        if isinstance(v, dict):
+            return {k: tup(x) for k, x in v.items()}
+        return tuple(tup(x) for x in v) if isinstance(v, list) else v
+
+    text = Path(module_file).with_suffix(".json").read_text(encoding="utf-8")
+    return SimpleNamespace(**{k: tup(v) for k, v in json.loads(text).items()})
