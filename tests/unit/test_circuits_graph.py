@@ -261,3 +261,20 @@ def test_pretrained_release_refused_offline(monkeypatch):
     assert len(str(e.value).splitlines()) == 1
     with pytest.raises(ConfigError, match="{l}"):
         prepare("circuits", {"size": "micro", "transcoders": "saelens:some-release/layer_3"})
+
+
+@pytest.mark.parametrize("kind", ["plt", "clt"])
+def test_quality_splices_only_the_positions_the_set_trains_on(graphs, setup, kind):
+    """Splicing and zero-ablation edit positions >= 1 (the set trains on them): the BOS position's logits are the
+    clean ones (a causal model's position 0 sees nothing later), every later position's are not."""
+    from interp.sae.transcoder_train import _splice_hooks
+
+    m, tc, _p, _g = graphs("llama", kind)
+    ids = setup("llama")[1][:2].to(m.device)
+    clean = m(ids).float()
+    for mode in ("splice", "zero"):
+        rows = {layer: slice(None) for layer in range(tc.n_layers)}
+        with torch.no_grad(), m.hooks(_splice_hooks(tc, rows, mode)):
+            got = m(ids).float()
+        assert torch.equal(got[:, 0], clean[:, 0]), f"{mode} edited the BOS position"
+        assert (got[:, 1:] - clean[:, 1:]).abs().amax() > 1e-3, f"{mode} edited nothing"
