@@ -1,12 +1,13 @@
-"""Attribution-graph time and peak memory against prompt length (circuits), at a fixed feature budget.
+"""Attribution-graph time and peak memory against prompt length (circuits), at a fixed feature and edge budget.
 
 Transcoders: a TopK set (k = 16, 576 features a layer) trained briefly on the model's own MLP pairs; the graph's
-cost depends on how many features are active and attributed, not on how good they are. Each length's graph is
-timed against one plain forward + backward of the same prompt measured in the same run (the ratio is the
-figure); its peak memory is the process's RSS high-water mark over its level just before (Linux's
-/proc/self/clear_refs resets it). The adjacency is dense (rows: attributed features, at most
-max_feature_nodes; columns: features, errors and embeddings), so memory grows with the prompt length through
-the error and embedding columns and the batch of prompt copies the backward passes share.
+cost depends on how many features are active and attributed, not on how good they are. At each length the graph
+is made twice in the same run: with its edge budget (`max_edges_per_row`, the default layout) and keeping whole
+rows (every active feature, error and embedding: circuit-tracer's dense rows), both with the same backward batch
+of at most `batch_tokens` prompt tokens. The figures are the peak-memory ratio of the two (the baseline), each
+one's peak, and the graph's time over one plain forward + backward of the same prompt. Peak memory is the
+process's RSS high-water mark over its level just before (Linux's /proc/self/clear_refs resets it); the frozen
+attention patterns (layers x heads x n^2, the model's own backward keeps as much) are in both.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def circuits_graph(model, smoke: bool = False) -> list[Row]:
     from interp_probes.circuits.graph import attribute_prepared, prepare
     from interp_probes.circuits.transcoders import pairs
 
-    lengths, budget, batch = ((8, 16), 64, 16) if smoke else ((16, 64, 256), 1024, 64)
+    lengths, budget, edges, batch_tokens = ((8, 16), 64, 128, 64) if smoke else ((32, 128, 512), 256, 2048, 2048)
     text = builtin_corpus("all", 0)
     ids = torch.tensor(token_windows(model.tokenizer, text, 8, 64, model.info.bos_id))
     X, Y = pairs(model, ids, 256)
@@ -59,15 +60,23 @@ def circuits_graph(model, smoke: bool = False) -> list[Row]:
         with model.hooks([(Site("embed"), _leaf)]):
             model(prompt).float().sum().backward()
         plain = time.perf_counter() - t
-        measured = _reset_hwm()
-        before = _hwm_kb()
-        t = time.perf_counter()
-        g = attribute_prepared(model, tc, prepare(model, tc, prompt), batch_size=batch, max_feature_nodes=budget)
-        secs = time.perf_counter() - t
-        peak = (_hwm_kb() - before) / 1024 if measured else float("nan")
-        rows.append(row(f"circuits_graph_ratio_{n}", f"graph / plain forward+backward, {n} tokens (time ratio)",
-                        secs / plain, "report", f"graph {secs:.2f}s ({g.n_feat} of {g.n_active} active features "
-                        f"attributed, {g.n_nodes} nodes, batch {batch}); plain {plain:.3f}s"))
+        got = {}
+        for name, per_row in (("budget", edges), ("whole", 1 << 40)):
+            measured = _reset_hwm()
+            before = _hwm_kb()
+            t = time.perf_counter()
+            g = attribute_prepared(model, tc, prepare(model, tc, prompt), batch_size=64, max_feature_nodes=budget,
+                                   max_edges_per_row=per_row, batch_tokens=batch_tokens)
+            secs = time.perf_counter() - t
+            got[name] = (secs, (_hwm_kb() - before) / 1024 if measured else float("nan"), len(g.edges))
+            del g
+        (secs, peak, n_edges), (_, whole, whole_edges) = got["budget"], got["whole"]
+        what = f"{model.info.name}, {budget} features with rows, batch of {batch_tokens} tokens"
+        rows.append(row(f"circuits_graph_peak_ratio_{n}", f"graph peak memory, {edges} edges a row / whole rows, "
+                        f"{n} tokens", peak / whole if whole > 0 else float("nan"), "report",
+                        f"{peak:.0f} MB ({n_edges} edges) vs {whole:.0f} MB ({whole_edges} edges); {what}"))
         rows.append(row(f"circuits_graph_peak_mb_{n}", f"graph peak RSS over its start (MB), {n} tokens", peak,
-                        "report", f"{model.info.name}, max_feature_nodes {budget}"))
+                        "report", what))
+        rows.append(row(f"circuits_graph_ratio_{n}", f"graph / plain forward+backward, {n} tokens (time ratio)",
+                        secs / plain, "report", f"graph {secs:.2f}s; plain {plain:.3f}s"))
     return rows

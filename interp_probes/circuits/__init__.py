@@ -67,8 +67,14 @@ class CircuitsConfig(ProbeConfig):
     """Held-out chunks for quality (FVE, L0, dead fraction, spliced-in loss) and top contexts."""
     batch_size: PositiveInt = 64
     """Targets per backward pass of the graph (copies of the prompt in one forward)."""
+    batch_tokens: PositiveInt = 4096
+    """The backward batch holds at most this many prompt tokens (fewer than batch_size copies of a long prompt),
+    so its activations' memory stays flat in the prompt length."""
     max_feature_nodes: PositiveInt = 8192
     """Most features that get a row (circuit-tracer's max_feature_nodes), chosen by partial influence."""
+    max_edges_per_row: PositiveInt = 8192
+    """Edges kept per row, the strongest (the rest joins the target's unattributed input): a row has an entry for
+    every active feature and every (layer, position), so this bounds the graph's memory on long prompts."""
     node_threshold: Annotated[float, Range(0.0, 1.0)] = 0.8
     """Pruning: keep the fewest nodes holding this share of the influence on the logits."""
     edge_threshold: Annotated[float, Range(0.0, 1.0)] = 0.98

@@ -1,7 +1,8 @@
 """circuits figures: the pruned graph (layers up, positions across), transcoder quality, the ablation test.
 
-Artifacts (interp_probes/circuits): ``graph.safetensors`` (adjacency targets x sources, features (layer, pos,
-index), activations, node/edge masks of the pruned graph, influence, logit tokens and probabilities, tokens),
+Artifacts (interp_probes/circuits): ``graph.safetensors`` (the edge list: edge_index (target, source) and
+edge_weight; unattributed inputs, features (layer, pos, index), activations, the pruned graph's node mask and edge
+mask (over the list), influence, logit tokens and probabilities, tokens),
 ``graph_meta.json`` (n_layers, n_pos, n_feat, str_tokens, logit_strs), ``transcoder_quality.parquet`` (per
 layer: fve, l0, dead_fraction, loss_zero, loss_spliced, recovered), ``ablations.parquet`` (prompt, k,
 selection, predicted, observed, observed_frozen), ``feature_contexts.parquet``.
@@ -51,9 +52,9 @@ def nodes_table(g: dict[str, Any], meta: dict[str, Any]) -> pd.DataFrame:
 
 def edges_table(g: dict[str, Any]) -> pd.DataFrame:
     """Pruned edges: source, target, weight."""
-    A = np.asarray(g["adjacency"], dtype=float)
-    dst, src = np.nonzero(np.asarray(g["edge_mask"], dtype=bool))
-    return pd.DataFrame({"source": src, "target": dst, "weight": A[dst, src]})
+    keep = np.asarray(g["edge_mask"], dtype=bool)
+    dst, src = np.asarray(g["edge_index"])[:, keep]
+    return pd.DataFrame({"source": src, "target": dst, "weight": np.asarray(g["edge_weight"], dtype=float)[keep]})
 
 
 def _layout(nodes: pd.DataFrame) -> pd.DataFrame:
@@ -144,6 +145,8 @@ def headline(run) -> go.Figure:
 
 def graph_svg(graph, width: int = 720, node_threshold: float = 0.8, edge_threshold: float = 0.98) -> str:
     """An `AttributionGraph`'s pruned graph as inline SVG (a notebook's `_repr_html_`)."""
+    import torch
+
     from .prune import prune
 
     pr = prune(graph, node_threshold, edge_threshold)
@@ -151,8 +154,9 @@ def graph_svg(graph, width: int = 720, node_threshold: float = 0.8, edge_thresho
             "str_tokens": [str(t) for t in graph.tokens], "logit_strs": [str(int(t)) for t in graph.logit_tokens]}
     g = {"node_mask": pr.node_mask.cpu().numpy(), "influence": pr.node_influence.cpu().numpy(),
          "features": graph.features.cpu().numpy(), "activations": graph.activations.cpu().numpy(),
-         "logit_probs": graph.logit_probs.cpu().numpy(), "adjacency": graph.adjacency.cpu().numpy(),
-         "edge_mask": pr.edge_mask.cpu().numpy()}
+         "logit_probs": graph.logit_probs.cpu().numpy(), "edge_mask": pr.edge_mask.cpu().numpy(),
+         "edge_index": torch.stack([graph.edges.target, graph.edges.source]).cpu().numpy(),
+         "edge_weight": graph.edges.weight.cpu().numpy()}
     nodes = _layout(nodes_table(g, meta)).set_index("node")
     L, n = graph.n_layers, graph.n_pos
     height = 40 + 14 * (L + 2)

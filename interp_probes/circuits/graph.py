@@ -25,6 +25,12 @@ gradients (completeness), not an identity.
 
 Which features get rows when more than `max_feature_nodes` are active: circuit-tracer's greedy order, by partial
 influence on the logits of the rows computed so far, refreshed every `update_interval` batches.
+
+Memory, unlike circuit-tracer's dense (rows x every active feature, error and embedding) matrix, does not grow with
+the prompt at a fixed feature budget: a row is dense only while its batch is in flight, then keeps its
+`max_edges_per_row` strongest edges (`edges.Edges`; the rest joins the target's `unattributed` input, so
+completeness stays exact), and the backward batch holds at most `batch_tokens` prompt tokens. A row with no more
+entries than the budget is kept whole: short prompts get circuit-tracer's dense graph exactly.
 """
 
 from __future__ import annotations
@@ -39,12 +45,13 @@ from interp.replacement import Frozen, frozen, mlp_swap, record
 from interp.sae import Transcoders
 from interp.sites import Site
 
+from .edges import Edges, strongest
 from .prune import partial_influence
 
 
 @dataclass
 class AttributionGraph:
-    """Nodes, the dense adjacency (targets x sources) and what checks it. Tensors on the host."""
+    """Nodes, their edges (a list: target, source, weight) and what checks them. Tensors on the host."""
 
     tokens: list[int]
     features: Tensor
@@ -56,15 +63,15 @@ class AttributionGraph:
     """(n_logit,) token ids of the logit nodes."""
     logit_probs: Tensor
     """(n_logit,) their probabilities at the last position."""
-    adjacency: Float[Tensor, "node node"]
-    """A[target, source]; rows of sources that are not targets (errors, embeddings) are zero."""
+    edges: Edges
+    """A[target, source] as a list; sources that are not targets (errors, embeddings) have no incoming edges."""
     inputs: Tensor
     """(node,) each target's input on the real forward (pre-activation, or demeaned logit); 0 for non-targets."""
     bias: Tensor
     """(node,) each target's input with every source at zero."""
     unattributed: Tensor
-    """(node,) what active features without a row (beyond max_feature_nodes) send each target: not nodes, so
-    not in the adjacency, but part of the input."""
+    """(node,) what active features without a row (beyond max_feature_nodes) send each target, and the edges of
+    its row beyond max_edges_per_row: not edges, but part of the input."""
     n_active: int
     """Active features on the prompt (the attributed ones are the first max_feature_nodes in influence order)."""
 
@@ -91,12 +98,17 @@ class AttributionGraph:
 
     @property
     def n_nodes(self) -> int:
-        return self.adjacency.shape[0]
+        return self.edges.n
+
+    @property
+    def adjacency(self) -> Float[Tensor, "node node"]:
+        """The dense (n_nodes, n_nodes) A[target, source], built on demand (for small graphs)."""
+        return self.edges.dense()
 
     def completeness_error(self) -> float:
         """max |input - (sum of incoming edges + bias)| / max |input| over the target nodes."""
         rows = torch.cat([torch.arange(self.n_feat), torch.arange(self.logit_index(0), self.n_nodes)])
-        resid = self.inputs[rows] - (self.adjacency[rows].sum(1) + self.unattributed[rows] + self.bias[rows])
+        resid = self.inputs[rows] - (self.edges.row_sums()[rows] + self.unattributed[rows] + self.bias[rows])
         return float(resid.abs().max() / self.inputs[rows].abs().max().clamp_min(1e-12))
 
     def _repr_html_(self) -> str:
@@ -249,17 +261,18 @@ def _bias(model, tc: Transcoders, p: Prompt, feats: Tensor) -> tuple[Tensor, Ten
     return fb, lb
 
 
-def attribute(model, tc: Transcoders, ids: Tensor, *, batch_size: int = 64, max_feature_nodes: int = 8192,
-              update_interval: int = 4, desired_prob: float = 0.95, max_logits: int = 10) -> AttributionGraph:
-    """The attribution graph of `ids` (1, pos) under `tc`; see the module docstring."""
-    p = prepare(model, tc, ids, desired_prob, max_logits)
-    return attribute_prepared(model, tc, p, batch_size=batch_size, max_feature_nodes=max_feature_nodes,
-                              update_interval=update_interval)
+def attribute(model, tc: Transcoders, ids: Tensor, *, desired_prob: float = 0.95, max_logits: int = 10,
+              **kw) -> AttributionGraph:
+    """The attribution graph of `ids` (1, pos) under `tc` (`kw`: `attribute_prepared`'s); see the module docstring."""
+    return attribute_prepared(model, tc, prepare(model, tc, ids, desired_prob, max_logits), **kw)
 
 
 def attribute_prepared(model, tc: Transcoders, p: Prompt, *, batch_size: int = 64, max_feature_nodes: int = 8192,
-                       update_interval: int = 4) -> AttributionGraph:
-    """`attribute` from the prompt's real forward (`prepare`)."""
+                       update_interval: int = 4, max_edges_per_row: int = 8192,
+                       batch_tokens: int = 4096) -> AttributionGraph:
+    """`attribute` from the prompt's real forward (`prepare`). Each row keeps its `max_edges_per_row` strongest
+    edges (the rest joins the target's `unattributed` input), and the backward batch holds at most `batch_tokens`
+    prompt tokens, so the graph's memory stays flat in the prompt length at a fixed feature budget."""
     ids = p.ids
     L, n = tc.n_layers, ids.shape[1]
     dev = p.embed.device
@@ -270,47 +283,59 @@ def attribute_prepared(model, tc: Transcoders, p: Prompt, *, batch_size: int = 6
     n_active = all_feats.shape[0]
     n_logit = p.logit_tokens.shape[0]
     n_src = n_active + (L + 1) * n
-    bw = _Backward(model, tc, p, max(1, min(batch_size, max(n_active, n_logit))))
+    B = max(1, min(batch_size, max(n_active, n_logit), batch_tokens // n))
+    bw = _Backward(model, tc, p, B)
     bw.set_features(all_feats, all_act)
+    m = min(max_edges_per_row, n_src)
+
+    def sparse_rows(layers: Tensor, pos: Tensor, vecs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        cols, vals, rest = strongest(bw.rows(layers, pos, vecs, n_src), m)  # the dense rows live one batch
+        return cols.to(torch.int32), vals, rest
+
     # logit rows first
-    logit_rows = torch.cat([bw.rows(torch.full((len(v),), L, device=dev), torch.full((len(v),), n - 1, device=dev),
-                                    v, n_src) for v in p.logit_vecs.split(bw.e.shape[0])])
+    l_cols, l_vals, l_rest = (torch.cat(t) for t in zip(*[
+        sparse_rows(torch.full((len(v),), L, device=dev), torch.full((len(v),), n - 1, device=dev), v)
+        for v in p.logit_vecs.split(B)], strict=True))
+    logit_nodes = torch.arange(n_src, n_src + n_logit, device=dev)
     keep = min(max_feature_nodes, n_active)
-    feat_rows = torch.zeros(keep, n_src, device=dev)
+    f_cols = torch.full((keep, m), -1, dtype=torch.int32, device=dev)
+    f_vals = torch.zeros(keep, m, device=dev)
+    f_rest = torch.zeros(keep, device=dev)
     order = torch.empty(0, dtype=torch.long, device=dev)
     visited = torch.zeros(n_active, dtype=torch.bool, device=dev)
-    B = bw.e.shape[0]
     while order.shape[0] < keep:
         if keep == n_active:
             pending = torch.arange(n_active, device=dev)[~visited]
         else:
-            rows = torch.nn.functional.pad(torch.cat([feat_rows[: order.shape[0]], logit_rows]), (0, n_logit))
-            idx = torch.cat([order, torch.arange(n_src, n_src + n_logit, device=dev)])
-            infl = partial_influence(rows, p.logit_probs.to(dev), idx, n_src + n_logit)[:n_active]
+            k = order.shape[0]
+            so_far = Edges.from_rows(torch.cat([order, logit_nodes]), torch.cat([f_cols[:k], l_cols]).long(),
+                                     torch.cat([f_vals[:k], l_vals]), n_src + n_logit)
+            infl = partial_influence(so_far, p.logit_probs.to(dev))[:n_active]
             rank = infl.argsort(descending=True)
             pending = rank[~visited[rank]][: min(update_interval * B, keep - order.shape[0])]
         for chunk in pending.split(B):
             f = all_feats[chunk]
-            vecs = tc.W_enc[f[:, 0], f[:, 2]].float()
-            r = bw.rows(f[:, 0], f[:, 1], vecs, n_src)
-            feat_rows[order.shape[0] : order.shape[0] + len(chunk)] = r
+            k = order.shape[0]
+            f_cols[k : k + len(chunk)], f_vals[k : k + len(chunk)], f_rest[k : k + len(chunk)] = \
+                sparse_rows(f[:, 0], f[:, 1], tc.W_enc[f[:, 0], f[:, 2]].float())
             order = torch.cat([order, chunk])
             visited[chunk] = True
-    # keep the attributed features only, in their (layer, pos, index) order
+    # keep the attributed features only, in their (layer, pos, index) order; sources renumbered to the graph's nodes
     sel = order.sort().values
     perm = order.argsort()
-    rows = feat_rows[perm]
-    cols = torch.cat([sel, torch.arange(n_active, n_src, device=dev)])
     n_feat = sel.shape[0]
     N = n_feat + (L + 1) * n + n_logit
-    A = torch.zeros(N, N, device=dev)
-    A[:n_feat, : N - n_logit] = rows[:, cols]
-    A[N - n_logit :, : N - n_logit] = logit_rows[:, cols]
-    dropped = torch.ones(n_src, dtype=torch.bool, device=dev)
-    dropped[cols] = False
+    node_of = torch.full((n_src,), -1, dtype=torch.long, device=dev)
+    node_of[sel] = torch.arange(n_feat, device=dev)
+    node_of[n_active:] = torch.arange(n_feat, n_feat + (L + 1) * n, device=dev)
+    cols = torch.cat([f_cols[perm], l_cols]).long()
+    vals = torch.cat([f_vals[perm], l_vals])
+    nodes = torch.where(cols >= 0, node_of[cols.clamp_min(0)], -1)
+    targets = torch.cat([torch.arange(n_feat, device=dev), torch.arange(N - n_logit, N, device=dev)])
     unattributed = torch.zeros(N, device=dev)
-    unattributed[:n_feat] = rows[:, dropped].sum(1)
-    unattributed[N - n_logit :] = logit_rows[:, dropped].sum(1)
+    # what the active features without a row send, and what each row's weakest edges carry, is input, not edges
+    unattributed[targets] = torch.where((cols >= 0) & (nodes < 0), vals, 0).sum(1) + torch.cat([f_rest[perm], l_rest])
+    edges = Edges.from_rows(targets, nodes, vals, N)
     feats, act = all_feats[sel], all_act[sel]
     fb, lb = _bias(model, tc, p, feats)
     inputs = torch.zeros(N, device=dev)
@@ -323,7 +348,8 @@ def attribute_prepared(model, tc: Transcoders, p: Prompt, *, batch_size: int = 6
     inputs[N - n_logit :] = p.fz.sites[Site("final")][-1].float() @ p.logit_vecs.T
     bias[N - n_logit :] = lb
     return AttributionGraph(tokens=ids[0].tolist(), features=feats.cpu(), activations=act.cpu(), n_layers=L,
-                            logit_tokens=p.logit_tokens.cpu(), logit_probs=p.logit_probs.cpu(), adjacency=A.cpu(),
+                            logit_tokens=p.logit_tokens.cpu(), logit_probs=p.logit_probs.cpu(),
+                            edges=Edges(*(t.cpu() for t in (edges.target, edges.source, edges.weight)), N),
                             inputs=inputs.cpu(), bias=bias.cpu(), unattributed=unattributed.cpu(),
                             n_active=n_active)
 

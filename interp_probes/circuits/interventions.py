@@ -29,7 +29,7 @@ from interp.sae import Transcoders
 from interp.sites import Site
 
 from .graph import AttributionGraph, Prompt
-from .prune import influence, normalize
+from .prune import influence
 
 SELECTIONS = ("graph", "random", "activation")
 
@@ -38,22 +38,28 @@ def feature_influence(graph: AttributionGraph, node: int) -> Tensor:
     """(n_feat,) each feature's indirect influence on node `node` (circuit-tracer's normalised |A| walk)."""
     w = torch.zeros(graph.n_nodes)
     w[node] = 1.0
-    return influence(normalize(graph.adjacency), w)[: graph.n_feat]
+    return influence(graph.edges.normalized(), w)[: graph.n_feat]
 
 
 def predict(graph: AttributionGraph, chosen: Tensor, node: int) -> float:
     """The change of node `node`'s input the graph predicts when the features `chosen` (row indices) are ablated."""
-    A, a, F = graph.adjacency, graph.activations.float(), graph.n_feat
-    W = A[:, :F] / a.clamp_min(1e-30)  # per unit of each source feature's activation
+    a, F = graph.activations.float(), graph.n_feat
+    E = graph.edges
+    E = E.select(E.source < F)  # edges from features, per unit of each source feature's activation:
+    E = type(E)(E.target, E.source, E.weight / a[E.source].clamp_min(1e-30), E.n)
     delta = torch.zeros(F)
     delta[chosen] = -a[chosen]
+
+    def step(d: Tensor) -> Tensor:  # (F,) feature changes -> (n_nodes,) changes of every target's input
+        return E.right(torch.nn.functional.pad(d, (0, E.n - F)))
+
     for _ in range(graph.n_layers + 1):  # features read only earlier layers: the walk settles within n_layers steps
-        new = (W[:F] @ delta).clamp_min(-a)  # an activation cannot fall below zero (the feature turns off)
+        new = step(delta)[:F].clamp_min(-a)  # an activation cannot fall below zero (the feature turns off)
         new[chosen] = -a[chosen]
         if torch.equal(new, delta):
             break
         delta = new
-    return float(W[node] @ delta)
+    return float(step(delta)[node])
 
 
 @torch.no_grad()

@@ -50,9 +50,10 @@ def graph_json(graph: AttributionGraph, pruned: Pruned, str_tokens: list[str], l
         node.setdefault("clerp", "")
         node.update(run_idx=0, reverse_ctx_idx=0, influence=cum[i])
         nodes[i] = node
-    dst, src = pruned.edge_mask.nonzero().unbind(1)
-    links = [{"source": nodes[s]["node_id"], "target": nodes[d]["node_id"], "weight": float(graph.adjacency[d, s])}
-             for s, d in zip(src.tolist(), dst.tolist(), strict=True) if s in nodes and d in nodes]
+    kept = graph.edges.select(pruned.edge_mask)
+    links = [{"source": nodes[s]["node_id"], "target": nodes[d]["node_id"], "weight": w}
+             for s, d, w in zip(kept.source.tolist(), kept.target.tolist(), kept.weight.tolist(), strict=True)
+             if s in nodes and d in nodes]
     used = {x for link in links for x in (link["source"], link["target"])}
     kept = [v for v in nodes.values() if v["node_id"] in used or v["feature_type"] in ("embedding", "logit")]
     meta = {"slug": slug, "scan": scan, "transcoder_list": [], "prompt_tokens": str_tokens, "prompt": prompt,

@@ -42,7 +42,7 @@ def run(cfg: CircuitsConfig, ctx: RunContext) -> None:
     ids = prompt_ids(model, cfg.prompt)
     with ctx.timed("graph"):                                                # 4. the headline graph
         p = prepare(model, tc, ids, cfg.desired_logit_prob, cfg.max_n_logits)
-        graph = attribute_prepared(model, tc, p, batch_size=cfg.batch_size, max_feature_nodes=cfg.max_feature_nodes)
+        graph = attribute_prepared(model, tc, p, max_feature_nodes=cfg.max_feature_nodes, **sizes(cfg))
         ex = exactness(model, tc, p)
         pruned = prune(graph, cfg.node_threshold, cfg.edge_threshold)
     replacement_score, completeness_score = scores(graph)
@@ -65,6 +65,11 @@ def run(cfg: CircuitsConfig, ctx: RunContext) -> None:
         ctx.save_table("feature_logits", feature_logits(model, tc, kept))
 
 
+def sizes(cfg: CircuitsConfig) -> dict:
+    """The graph's batch and edge budgets."""
+    return {"batch_size": cfg.batch_size, "batch_tokens": cfg.batch_tokens, "max_edges_per_row": cfg.max_edges_per_row}
+
+
 def prompt_ids(model, text: str) -> torch.Tensor:
     """(1, pos) ids of `text` after one special token (BOS, else EOS), whose position carries no features."""
     tok = model.tokenizer
@@ -80,7 +85,7 @@ def test_prompts(model, tc, cfg: CircuitsConfig, gen: torch.Generator) -> pd.Dat
     for i, text in enumerate(prompts(cfg.n_prompts, cfg.seed)):
         ids = prompt_ids(model, text)
         p = prepare(model, tc, ids, cfg.desired_logit_prob, cfg.max_n_logits)
-        g = attribute_prepared(model, tc, p, batch_size=cfg.batch_size, max_feature_nodes=cfg.test_max_feature_nodes)
+        g = attribute_prepared(model, tc, p, max_feature_nodes=cfg.test_max_feature_nodes, **sizes(cfg))
         if g.n_feat == 0:
             continue
         for r in ablation_rows(model, tc, g, p, cfg.ablate_k, gen, i):
@@ -95,12 +100,15 @@ def save_graph(ctx: RunContext, model, cfg: CircuitsConfig, graph: AttributionGr
     """The graph as tables (nodes, edges of the pruned graph), its tensors, and Neuronpedia's JSON."""
     str_tokens = model.to_str_tokens(graph.tokens)
     logit_strs = model.to_str_tokens(graph.logit_tokens.tolist())
-    ctx.save_tensors("graph", {"adjacency": graph.adjacency, "features": graph.features,
+    ctx.save_tensors("graph", {"edge_index": torch.stack([graph.edges.target, graph.edges.source]),
+                               "edge_weight": graph.edges.weight, "unattributed": graph.unattributed,
+                               "features": graph.features,
                                "activations": graph.activations, "inputs": graph.inputs, "bias": graph.bias,
                                "node_mask": pruned.node_mask, "edge_mask": pruned.edge_mask,
                                "influence": pruned.node_influence, "logit_tokens": graph.logit_tokens,
                                "logit_probs": graph.logit_probs, "tokens": torch.tensor(graph.tokens)})
     ctx.save_json("graph_meta", {"n_layers": graph.n_layers, "n_pos": graph.n_pos, "n_feat": graph.n_feat,
+                                 "n_nodes": graph.n_nodes, "n_active": graph.n_active,
                                  "str_tokens": str_tokens, "logit_strs": logit_strs, "prompt": cfg.prompt})
     ctx.save_json("neuronpedia_graph", graph_json(
         graph, pruned, str_tokens, logit_strs, slug=f"interp-{model.info.name}", scan=f"{model.info.name}-"

@@ -14,33 +14,38 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .edges import Edges
+
 
 def normalize(A: Tensor) -> Tensor:
+    """A dense |A| with rows summing to 1 (`Edges.normalized` is the graph's own)."""
     a = A.abs()
     return a / a.sum(1, keepdim=True).clamp_min(1e-10)
 
 
-def influence(A: Tensor, weights: Tensor, max_iter: int = 1000) -> Tensor:
-    """weights @ (A + A^2 + ...), by repeated products until the (nilpotent) walk dies out."""
-    cur = weights @ A
+def influence(A: Tensor | Edges, weights: Tensor, max_iter: int = 1000) -> Tensor:
+    """weights @ (A + A^2 + ...), by repeated products until the (nilpotent) walk dies out; A dense or an edge list."""
+    step = A.left if isinstance(A, Edges) else (lambda x: x @ A)
+    cur = step(weights)
     total = cur.clone()
     for _ in range(max_iter):
         if not cur.any():
             return total
-        cur = cur @ A
+        cur = step(cur)
         total += cur
     raise RuntimeError(f"influence did not converge in {max_iter} products (is the graph cyclic?)")
 
 
-def partial_influence(rows: Tensor, logit_p: Tensor, row_nodes: Tensor, n_nodes: int, max_iter: int = 128) -> Tensor:
-    """Influence on the logits from the rows computed so far (`rows[i]` is node `row_nodes[i]`'s incoming edges):
-    circuit-tracer's `compute_partial_influences`, used to choose which features get rows next."""
-    norm = normalize(rows)
-    prod = torch.zeros(n_nodes, device=rows.device)
+def partial_influence(rows: Edges, logit_p: Tensor, max_iter: int = 128) -> Tensor:
+    """Influence on the logits (the last len(logit_p) nodes) through the rows computed so far (edges into the
+    nodes that have rows): circuit-tracer's `compute_partial_influences`, used to choose which features get rows
+    next."""
+    norm = rows.normalized()
+    prod = torch.zeros(rows.n, device=logit_p.device)
     prod[-len(logit_p):] = logit_p
-    out = torch.zeros(n_nodes, device=rows.device)
+    out = torch.zeros(rows.n, device=logit_p.device)
     for _ in range(max_iter):
-        prod = prod[row_nodes] @ norm
+        prod = norm.left(prod)
         if not prod.any():
             break
         out += prod
@@ -59,6 +64,7 @@ def threshold_for(scores: Tensor, keep: float) -> Tensor:
 class Pruned:
     node_mask: Tensor
     edge_mask: Tensor
+    """(E,) bool over the graph's edge list (`graph.edges`): the edges kept."""
     node_influence: Tensor
     """Each node's influence on the probability-weighted logits (unpruned graph)."""
     cumulative: Tensor
@@ -72,30 +78,30 @@ def logit_weights(graph) -> Tensor:
 
 
 def prune(graph, node_threshold: float = 0.8, edge_threshold: float = 0.98) -> Pruned:
-    """circuit-tracer's `prune_graph` on `graph` (an `AttributionGraph`)."""
+    """circuit-tracer's `prune_graph` on `graph` (an `AttributionGraph`), over its edge list."""
     if not (0 <= node_threshold <= 1 and 0 <= edge_threshold <= 1):
         raise ValueError("prune: thresholds must be in [0, 1]")
-    A = graph.adjacency
+    E = graph.edges
     n_logit, n_tok, n_feat = graph.n_logit, graph.n_pos, graph.n_feat
     w = logit_weights(graph)
-    node_inf = influence(normalize(A), w)
+    node_inf = influence(E.normalized(), w)
     node_mask = node_inf >= threshold_for(node_inf, node_threshold)
     node_mask[-n_logit - n_tok:] = True
-    pruned = A.clone()
-    pruned[~node_mask] = 0
-    pruned[:, ~node_mask] = 0
-    norm = normalize(pruned)
-    edge_scores = norm * (influence(norm, w) + w)[:, None]
-    edge_mask = edge_scores >= threshold_for(edge_scores, edge_threshold)
-    old = node_mask.clone()
-    node_mask[: -n_logit - n_tok] &= edge_mask[:, : -n_logit - n_tok].any(0)
-    node_mask[:n_feat] &= edge_mask[:n_feat].any(1)
-    while not torch.equal(node_mask, old):
+    inside = node_mask[E.target] & node_mask[E.source]
+    norm = E.select(inside).normalized()
+    edge_scores = norm.weight * (influence(norm, w) + w)[norm.target]
+    edge_mask = torch.zeros(len(E), dtype=torch.bool)
+    edge_mask[inside.nonzero()[:, 0]] = edge_scores >= threshold_for(edge_scores, edge_threshold)
+    sources = slice(None, -n_logit - n_tok)  # features and errors: dropped when they send nothing kept
+    while True:
         old = node_mask.clone()
-        edge_mask[~node_mask] = False
-        edge_mask[:, ~node_mask] = False
-        node_mask[: -n_logit - n_tok] &= edge_mask[:, : -n_logit - n_tok].any(0)
-        node_mask[:n_feat] &= edge_mask[:n_feat].any(1)
+        sends = torch.zeros_like(node_mask).index_fill_(0, E.source[edge_mask], True)
+        gets = torch.zeros_like(node_mask).index_fill_(0, E.target[edge_mask], True)
+        node_mask[sources] &= sends[sources]
+        node_mask[:n_feat] &= gets[:n_feat]
+        edge_mask &= node_mask[E.target] & node_mask[E.source]
+        if torch.equal(node_mask, old):
+            break
     s, i = node_inf.sort(descending=True)
     cum = torch.zeros_like(node_inf)
     cum[i] = s.cumsum(0) / s.sum().clamp_min(1e-30)
@@ -108,11 +114,12 @@ def scores(graph) -> tuple[float, float]:
     n_feat, n_tok, L = graph.n_feat, graph.n_pos, graph.n_layers
     e0, e1 = n_feat, n_feat + n_tok * L
     w = logit_weights(graph)
-    norm = normalize(graph.adjacency)
+    norm = graph.edges.normalized()
     inf = influence(norm, w)
     tok, err = inf[e1 : e1 + n_tok].sum(), inf[e0:e1].sum()
     replacement = float(tok / (tok + err).clamp_min(1e-30))
-    non_err = 1 - norm[:, e0:e1].sum(-1)
+    from_errors = (norm.source >= e0) & (norm.source < e1)
+    non_err = 1 - norm.select(from_errors).row_sums()
     out = inf + w
     return replacement, float((non_err * out).sum() / out.sum())
 

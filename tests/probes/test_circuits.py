@@ -24,8 +24,10 @@ def test_graph_is_exact(quick):
 
 def test_artifacts(quick):
     g, meta = quick.tensor_file("graph"), quick.json("graph_meta")
-    n = g["adjacency"].shape[0]
+    n = meta["n_nodes"]
     assert n == meta["n_feat"] + (meta["n_layers"] + 1) * meta["n_pos"] + len(g["logit_tokens"])
+    assert g["edge_index"].shape == (2, len(g["edge_weight"])) == (2, len(g["edge_mask"]))
+    assert 0 <= int(g["edge_index"].min()) and int(g["edge_index"].max()) < n
     doc = json.loads((quick.path / "neuronpedia_graph.json").read_text())
     ids = {x["node_id"] for x in doc["nodes"]}
     assert doc["links"] and all(link["source"] in ids and link["target"] in ids for link in doc["links"])

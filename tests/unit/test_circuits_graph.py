@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+from torch import Tensor
 
 import interp
 from interp.replacement import frozen, mlp_swap
@@ -18,7 +19,7 @@ from interp_probes.circuits.graph import attribute_prepared, prepare
 from interp_probes.circuits.interventions import observe, predict
 from interp_probes.circuits.neuronpedia import graph_json
 from interp_probes.circuits.probe import prompt_ids
-from interp_probes.circuits.prune import influence, normalize, prune, scores
+from interp_probes.circuits.prune import influence, normalize, prune, scores, threshold_for
 from interp_probes.circuits.transcoders import pairs
 
 PROMPT = "When Mary and John went to the store, John gave a drink to"
@@ -89,9 +90,11 @@ def test_graph_is_exact(graphs, family, kind):
 def test_completeness_fails_when_an_edge_is_wrong(graphs):
     """The check can fail: perturb one edge and it reports it."""
     _, _, _, g = graphs("llama", "plt")
-    g2 = type(g)(**{**g.__dict__, "adjacency": g.adjacency.clone()})
     row = g.adjacency[: g.n_feat].abs().sum(1).argmax()
-    g2.adjacency[row, g.embed_index(0)] += 0.01 * g.inputs[: g.n_feat].abs().max()
+    e = g.edges
+    wrong = type(e)(torch.cat([e.target, row[None]]), torch.cat([e.source, torch.tensor([g.embed_index(0)])]),
+                    torch.cat([e.weight, 0.01 * g.inputs[: g.n_feat].abs().max()[None]]), e.n)
+    g2 = type(g)(**{**g.__dict__, "edges": wrong})
     assert g2.completeness_error() > 1e-3
 
 
@@ -157,6 +160,30 @@ def test_edges_match_an_independent_computation(graphs):
     assert checked >= 8
 
 
+def _dense_prune(g, node_threshold: float, edge_threshold: float) -> tuple[Tensor, Tensor]:
+    """circuit-tracer's prune_graph on the dense adjacency (the test's reference): node mask, edge mask (n, n)."""
+    A = g.adjacency
+    n_tail = g.n_logit + g.n_pos
+    w = torch.zeros(g.n_nodes)
+    w[g.logit_index(0):] = g.logit_probs
+    node_inf = influence(normalize(A), w)
+    node_mask = node_inf >= threshold_for(node_inf, node_threshold)
+    node_mask[-n_tail:] = True
+    pruned = A.clone()
+    pruned[~node_mask] = 0
+    pruned[:, ~node_mask] = 0
+    norm = normalize(pruned)
+    scores_ = norm * (influence(norm, w) + w)[:, None]
+    edge_mask = scores_ >= threshold_for(scores_[scores_ > 0], edge_threshold)
+    old = None
+    while old is None or not torch.equal(node_mask, old):
+        old = node_mask.clone()
+        edge_mask &= node_mask[:, None] & node_mask[None]
+        node_mask[:-n_tail] &= edge_mask[:, :-n_tail].any(0)
+        node_mask[: g.n_feat] &= edge_mask[: g.n_feat].any(1)
+    return node_mask, edge_mask & node_mask[:, None] & node_mask[None]
+
+
 def test_prune_keeps_what_matters(graphs):
     _, _, _, g = graphs("llama", "plt")
     pr = prune(g, 0.8, 0.98)
@@ -165,7 +192,12 @@ def test_prune_keeps_what_matters(graphs):
     kept_share = pr.node_influence[pr.node_mask].sum() / pr.node_influence.sum()
     assert 0 < int(pr.node_mask[: g.n_feat].sum()) <= g.n_feat
     assert kept_share > 0.5
-    assert not (pr.edge_mask & ~pr.node_mask[:, None]).any() and not (pr.edge_mask & ~pr.node_mask[None]).any()
+    kept = g.edges.select(pr.edge_mask)
+    assert pr.node_mask[kept.target].all() and pr.node_mask[kept.source].all()
+    # the edge-list pruning is circuit-tracer's dense prune_graph, step for step
+    dense_nodes, dense_edges = _dense_prune(g, 0.8, 0.98)
+    assert torch.equal(pr.node_mask, dense_nodes)
+    assert torch.equal(g.edges.select(pr.edge_mask).dense() != 0, dense_edges)
     # influence is A + A^2 + ...: on the normalised matrix, (I - A)^-1 - I gives the same numbers
     A = normalize(g.adjacency).double()
     w = torch.zeros(g.n_nodes, dtype=torch.float64)
@@ -278,3 +310,27 @@ def test_quality_splices_only_the_positions_the_set_trains_on(graphs, setup, kin
             got = m(ids).float()
         assert torch.equal(got[:, 0], clean[:, 0]), f"{mode} edited the BOS position"
         assert (got[:, 1:] - clean[:, 1:]).abs().amax() > 1e-3, f"{mode} edited nothing"
+
+
+def test_an_edge_budget_keeps_each_rows_strongest_edges_and_completeness(graphs):
+    """max_edges_per_row keeps the strongest edges of each row and moves the rest into the unattributed input
+    (completeness still exact); a backward batch cut down by batch_tokens computes the same edges."""
+    m, tc, p, g = graphs("llama", "plt")
+    budget = 24
+    small = attribute_prepared(m, tc, p, batch_size=16, max_edges_per_row=budget, batch_tokens=2 * p.ids.shape[1])
+    assert small.n_feat == g.n_feat and small.completeness_error() < 1e-4
+    full, part = g.adjacency, small.adjacency
+    scale = float(full.abs().max())
+    rows = torch.cat([torch.arange(g.n_feat), torch.arange(g.logit_index(0), g.n_nodes)])
+    truncated = 0
+    for r in rows.tolist():
+        kept = part[r].nonzero()[:, 0]
+        assert len(kept) <= budget
+        torch.testing.assert_close(part[r, kept], full[r, kept], rtol=1e-4, atol=1e-6 * scale)
+        if (full[r] != 0).sum() > budget:
+            truncated += 1
+            weakest_kept = part[r, kept].abs().min()
+            dropped = (full[r] != 0) & (part[r] == 0)
+            assert full[r, dropped].abs().max() <= weakest_kept * (1 + 1e-4) + 1e-6 * scale
+    assert truncated > len(rows) // 2, "the budget truncated too few rows to test anything"
+    assert small.unattributed.abs().sum() > 0 and len(small.edges) < len(g.edges)
