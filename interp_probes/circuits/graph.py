@@ -166,6 +166,10 @@ def prepare(model, tc: Transcoders, ids: Tensor, desired_prob: float = 0.95, max
                   logit_vecs=vecs.to(errors[0].device))
 
 
+WRITER_CHUNK = 4096
+"""Source features whose scaled decoder vectors one step of a backward row gathers at a time."""
+
+
 class _Backward:
     """One forward of `batch` copies of the prompt through the local replacement model, kept for backwards."""
 
@@ -192,23 +196,20 @@ class _Backward:
         with torch.enable_grad(), frozen(model, p.fz), model.hooks(hooks):
             model(p.ids.to(model.device).expand(batch, n))
         self.n = n
-        # per output layer: the active features writing there, their positions and scaled decoder vectors
-        self.writers: dict[int, tuple[Tensor, Tensor, Tensor]] = {}
+        # per output layer: (source layer, the columns of its active features writing there)
+        self.writers: dict[int, list[tuple[int, Tensor]]] = {}
 
     def set_features(self, feats: Tensor, act: Tensor) -> None:
-        """The source features (rows of `feats`: layer, pos, index) and activations, as columns 0..n_feat-1."""
+        """The source features (rows of `feats`: layer, pos, index) and activations, as columns 0..n_feat-1. Their
+        scaled decoder vectors are gathered per batch, a chunk at a time (`WRITER_CHUNK`), never all at once: they
+        would take n_active x d_model, growing with the prompt."""
         self.n_feat = feats.shape[0]
+        self.feats, self.act = feats, act.float()
         src = feats[:, 0]
-        n_out = torch.tensor([self.tc.spec.n_out(layer) for layer in range(self.L)], device=src.device)[src]
-        for out in range(self.L):
-            c = ((src <= out) & (out < src + n_out)).nonzero()[:, 0]  # the features writing to layer `out`
-            if not len(c):
-                continue
-            dec = torch.empty(len(c), self.tc.spec.d_out, device=act.device)
-            for layer in src[c].unique().tolist():
-                m = src[c] == layer
-                dec[m] = self.tc.dec(layer, out)[feats[c[m], 2]].float()
-            self.writers[out] = (c, feats[c, 1], dec * act[c, None].float())
+        for layer in src.unique().tolist():
+            c = (src == layer).nonzero()[:, 0]
+            for out in self.tc.out_layers(layer):
+                self.writers.setdefault(out, []).append((layer, c))
 
     def rows(self, layers: Tensor, pos: Tensor, vecs: Tensor, n_cols: int) -> Tensor:
         """Direct effects on B' <= batch targets, each read at (layer, pos) along vecs (layer L: the final
@@ -229,9 +230,10 @@ class _Backward:
             if g is None:
                 continue
             g = g[:B].float()  # (B, pos, d)
-            if layer in self.writers:
-                c, p, dec = self.writers[layer]
-                out[:, c] += torch.einsum("bmd,md->bm", g[:, p], dec)
+            for source, cols in self.writers.get(layer, ()):
+                for c in cols.split(WRITER_CHUNK):
+                    dec = self.tc.dec(source, layer)[self.feats[c, 2]].float() * self.act[c, None]
+                    out[:, c] += torch.einsum("bmd,md->bm", g[:, self.feats[c, 1]], dec)
             o = self.n_feat + layer * n
             out[:, o : o + n] = torch.einsum("bnd,nd->bn", g, self.p.errors[layer].float())
         if g_e is not None:
@@ -276,10 +278,9 @@ def attribute_prepared(model, tc: Transcoders, p: Prompt, *, batch_size: int = 6
     ids = p.ids
     L, n = tc.n_layers, ids.shape[1]
     dev = p.embed.device
-    all_feats = torch.cat([torch.stack([torch.full_like(pos, layer), pos, f], 1)
-                           for layer in range(L) for pos, f in [p.acts[layer].nonzero().unbind(1)]])
-    all_act = torch.stack([p.acts[int(a)][int(b), int(c)] for a, b, c in all_feats]) if len(all_feats) else \
-        torch.zeros(0, device=dev)
+    found = [(layer, *p.acts[layer].nonzero().unbind(1)) for layer in range(L)]
+    all_feats = torch.cat([torch.stack([torch.full_like(pos, layer), pos, f], 1) for layer, pos, f in found])
+    all_act = torch.cat([p.acts[layer][pos, f] for layer, pos, f in found])
     n_active = all_feats.shape[0]
     n_logit = p.logit_tokens.shape[0]
     n_src = n_active + (L + 1) * n
