@@ -68,8 +68,8 @@ class CircuitsConfig(ProbeConfig):
     batch_size: PositiveInt = 64
     """Targets per backward pass of the graph (copies of the prompt in one forward)."""
     batch_tokens: PositiveInt = 4096
-    """The backward batch holds at most this many prompt tokens (fewer than batch_size copies of a long prompt),
-    so its activations' memory stays flat in the prompt length."""
+    """The backward batch holds at most this many prompt tokens and 64 x this many attention pairs (fewer than
+    batch_size copies of a long prompt), so its memory stays flat in the prompt length up to one copy."""
     max_feature_nodes: PositiveInt = 8192
     """Most features that get a row (circuit-tracer's max_feature_nodes), chosen by partial influence."""
     max_edges_per_row: PositiveInt = 8192

@@ -29,8 +29,10 @@ influence on the logits of the rows computed so far, refreshed every `update_int
 Memory, unlike circuit-tracer's dense (rows x every active feature, error and embedding) matrix, does not grow with
 the prompt at a fixed feature budget: a row is dense only while its batch is in flight, then keeps its
 `max_edges_per_row` strongest edges (`edges.Edges`; the rest joins the target's `unattributed` input, so
-completeness stays exact), and the backward batch holds at most `batch_tokens` prompt tokens. A row with no more
-entries than the budget is kept whole: short prompts get circuit-tracer's dense graph exactly.
+completeness stays exact), and the backward batch holds at most `batch_tokens` prompt tokens and 64 x batch_tokens
+attention pairs (copies x n^2). Past sqrt(64 x batch_tokens) tokens (512 at the default) one copy is the batch, and
+its frozen patterns grow as the model's own backward's do. A row with no more entries than the budget is kept whole:
+short prompts get circuit-tracer's dense graph exactly.
 """
 
 from __future__ import annotations
@@ -274,7 +276,8 @@ def attribute_prepared(model, tc: Transcoders, p: Prompt, *, batch_size: int = 6
                        batch_tokens: int = 4096) -> AttributionGraph:
     """`attribute` from the prompt's real forward (`prepare`). Each row keeps its `max_edges_per_row` strongest
     edges (the rest joins the target's `unattributed` input), and the backward batch holds at most `batch_tokens`
-    prompt tokens, so the graph's memory stays flat in the prompt length at a fixed feature budget."""
+    prompt tokens and 64 x batch_tokens attention pairs, so the graph's memory stays flat in the prompt length at a
+    fixed feature budget (up to one copy of the prompt: see the module docstring)."""
     ids = p.ids
     L, n = tc.n_layers, ids.shape[1]
     dev = p.embed.device
@@ -284,7 +287,9 @@ def attribute_prepared(model, tc: Transcoders, p: Prompt, *, batch_size: int = 6
     n_active = all_feats.shape[0]
     n_logit = p.logit_tokens.shape[0]
     n_src = n_active + (L + 1) * n
-    B = max(1, min(batch_size, max(n_active, n_logit), batch_tokens // n))
+    # copies of the prompt in the backward batch: at most batch_tokens tokens, and at most 64 x batch_tokens
+    # attention pairs (each copy's frozen patterns are heads x n^2 a layer once the attention's product expands them)
+    B = max(1, min(batch_size, max(n_active, n_logit), batch_tokens // n, 64 * batch_tokens // n**2))
     bw = _Backward(model, tc, p, B)
     bw.set_features(all_feats, all_act)
     m = min(max_edges_per_row, n_src)
