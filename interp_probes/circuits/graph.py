@@ -244,6 +244,13 @@ class _Backward:
         return out
 
 
+def _pre_at(tc: Transcoders, xs: dict[int, Tensor], feats: Tensor) -> Tensor:
+    """(n_feat,) each feature's pre-activation at its (layer, position), read from xs[layer] (pos, d_in)."""
+    if not feats.shape[0]:
+        return torch.zeros(0)
+    return torch.stack([tc.pre(layer, xs[layer][pos].float())[idx] for layer, pos, idx in feats.tolist()])
+
+
 @torch.no_grad()
 def _bias(model, tc: Transcoders, p: Prompt, feats: Tensor) -> tuple[Tensor, Tensor]:
     """(feature biases, logit biases): each target's input with every source zero (frozen values substituted,
@@ -259,8 +266,7 @@ def _bias(model, tc: Transcoders, p: Prompt, feats: Tensor) -> tuple[Tensor, Ten
     hooks = [(Site("embed"), lambda e: torch.zeros_like(e)), *swap, (Site("final"), lambda f: box.__setitem__("f", f))]
     with frozen(model, p.fz), model.hooks(hooks):
         model(p.ids.to(model.device))
-    fb = torch.stack([tc.pre(int(layer), x[int(layer)][0, int(pos)].float())[idx]
-                      for layer, pos, idx in feats.tolist()]) if feats.shape[0] else torch.zeros(0)
+    fb = _pre_at(tc, {layer: v[0] for layer, v in x.items()}, feats)
     lb = box["f"][0, -1].float() @ p.logit_vecs.T
     return fb, lb
 
@@ -347,8 +353,7 @@ def attribute_prepared(model, tc: Transcoders, p: Prompt, *, batch_size: int = 6
     inputs = torch.zeros(N, device=dev)
     bias = torch.zeros(N, device=dev)
     if n_feat:
-        inputs[:n_feat] = torch.stack([tc.pre(int(layer), p.fz.sites[Site("mlp_in", int(layer))][int(pos)].float())[idx]
-                                       for layer, pos, idx in feats.tolist()])
+        inputs[:n_feat] = _pre_at(tc, {layer: p.fz.sites[Site("mlp_in", layer)] for layer in range(L)}, feats)
         bias[:n_feat] = fb
     # the logit nodes' inputs on the real forward: demeaned, scaled logits before any soft-cap
     inputs[N - n_logit :] = p.fz.sites[Site("final")][-1].float() @ p.logit_vecs.T
