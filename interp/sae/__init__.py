@@ -25,7 +25,8 @@ weights, so the saved SAE reads raw activations. SAELens's own SAETrainer is the
 One concern a module:
 
 - `config`: `SAETrainConfig` (torch-free), its validation and cache key;
-- `acts`: `collect_activations`, the `ActivationBuffer`;
+- `acts`: `collect_activations`, the `ActivationBuffer`; `collect_stacked` (several sites at the same tokens into
+  one preallocated buffer, e.g. a transcoder set's pairs);
 - `kernel`: the training-time SAE and its fused forward/backward; encode / decode / pre-activations of
   SAELens SAEs; the `InputTransform`;
 - `train`: the training loop and `train_sae`;
@@ -52,6 +53,7 @@ _LAZY = {
     "SAETrainConfig": "config",
     "ActivationBuffer": "acts",
     "collect_activations": "acts",
+    "collect_stacked": "acts",
     "InputTransform": "kernel",
     "active_from_pre": "kernel",
     "decode": "kernel",

@@ -4,7 +4,7 @@ still needs tokens."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,4 +116,60 @@ def collect_activations(
     )
 
 
-__all__ = ["ActivationBuffer", "collect_activations"]
+def collect_stacked(
+    model: Any,
+    batches: Iterable[Mapping[str, Tensor]],
+    groups: Sequence[Sequence[Site]],
+    n_tokens: int,
+    skip_first: int = 1,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    progress: bool = False,
+) -> list[Float[Tensor, "tok site d"]]:
+    """Each group's sites' activations at the same first `n_tokens` kept tokens, one (tok, len(group), d) tensor
+    a group (a transcoder set's MLP inputs and outputs at every layer: groups [mlp_in sites, mlp_out sites]).
+
+    The buffers are allocated once and written in place, batch by batch, so the peak is the buffers themselves
+    (`collect_activations` keeps per-batch pieces and concatenates them, twice the memory); in bfloat16 a
+    buffer is half the float32 one. Tokens are counted as `collect_activations` counts them (mask, `skip_first`);
+    each forward stops after the deepest site. Fewer tokens than asked (the data ran out) are refused.
+    """
+    from tqdm.auto import tqdm
+
+    sites = [s for g in groups for s in g]
+    if not sites or n_tokens < 1:
+        raise ValueError("collect_stacked: no sites, or n_tokens < 1")
+    for site in sites:
+        model.check_site(site)
+    bufs: list[Tensor | None] = [None] * len(groups)  # allocated at the first activation (its width)
+    state = {"at": 0, "n": 0}
+
+    def make_hook(gi: int, j: int):
+        def hook(act: Tensor) -> None:
+            x = act[state["mask"]].detach()[: state["n"]]  # (m, d)
+            if bufs[gi] is None:
+                bufs[gi] = torch.empty(n_tokens, len(groups[gi]), x.shape[-1], dtype=dtype, device=device)
+            elif x.shape[-1] != bufs[gi].shape[-1]:
+                raise ValueError(f"collect_stacked: {groups[gi][j]} is {x.shape[-1]} wide, its group's sites "
+                                 f"{bufs[gi].shape[-1]}")
+            bufs[gi][state["at"] : state["at"] + x.shape[0], j] = x.to(device=device, dtype=dtype)
+        return hook
+
+    hooks = [(site, make_hook(gi, j)) for gi, g in enumerate(groups) for j, site in enumerate(g)]
+    deepest = max(sites, key=forward_rank)
+    bar = tqdm(total=n_tokens, desc="activations", disable=not progress, leave=False)
+    with torch.no_grad(), model.hooks(hooks):
+        for ids, am, mask, _ in masked_batches(model, batches, skip_first):
+            if state["at"] >= n_tokens:
+                break
+            state.update(mask=mask, n=min(int(mask.sum()), n_tokens - state["at"]))
+            model.forward_until(ids, deepest, am)
+            state["at"] += state["n"]
+            bar.update(state["n"])
+    bar.close()
+    if state["at"] < n_tokens:
+        raise ValueError(f"collect_stacked: the data held {state['at']} kept tokens, {n_tokens} asked")
+    return bufs
+
+
+__all__ = ["ActivationBuffer", "collect_activations", "collect_stacked"]

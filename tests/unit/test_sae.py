@@ -303,6 +303,27 @@ def test_collect_activations_stops_after_deepest_needed_site(tiny_model):
     assert buf.acts[s0].shape[0] == 40 and buf.acts[s1].shape[0] == 10
 
 
+def test_collect_stacked_holds_the_same_tokens_as_collect_activations(tiny_model):
+    from interp.sae import collect_stacked
+
+    ids = torch.randint(10, 1000, (3, 12))
+    am = torch.ones_like(ids)
+    am[1, 8:] = 0
+    groups = [[Site("mlp_in", 0), Site("mlp_in", 1)], [Site("mlp_out", 0), Site("mlp_out", 1)]]
+    batches = [{"input_ids": ids[:2], "attention_mask": am[:2]}, {"input_ids": ids[2:], "attention_mask": am[2:]}]
+    n = int(am.sum()) - 3 - 2  # all kept tokens but the last two: the second batch is cut
+    X, Y = collect_stacked(tiny_model, batches, groups, n, skip_first=1)
+    ref = collect_activations(tiny_model, batches, {s: n for g in groups for s in g}, skip_first=1).acts
+    assert X.shape == (n, 2, 64) and Y.shape == (n, 2, 64)
+    for j in range(2):
+        assert torch.equal(X[:, j], ref[groups[0][j]]) and torch.equal(Y[:, j], ref[groups[1][j]])
+    Xb, _ = collect_stacked(tiny_model, batches, groups, n, skip_first=1, dtype=torch.bfloat16)
+    assert Xb.dtype == torch.bfloat16 and torch.equal(Xb, X.to(torch.bfloat16))
+    kept = int(am.sum()) - 3
+    with pytest.raises(ValueError, match=f"held {kept} kept tokens, {kept + 1} asked"):
+        collect_stacked(tiny_model, batches, groups, kept + 1, skip_first=1)
+
+
 def test_norm_outliers_are_dropped_relative_to_the_median(tiny_model):
     s0 = Site("resid_post", 0)
     ids = torch.randint(10, 1000, (4, 16))
