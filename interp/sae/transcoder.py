@@ -13,8 +13,9 @@ W_dec (F, n_out, d_out) with n_out = 1 (PLT) or n_layers - l (CLT), W_skip (d_ou
 
 Saved as SAELens transcoder directories where SAELens has the class (JumpReLU PLT: `JumpReLUTranscoder`,
 skip: `JumpReLUSkipTranscoder`, one directory `layer_<l>` each, `sae_lens.SAE.load_from_disk` loads them), and in
-circuit-tracer's layout otherwise (TopK, CLT: `W_enc_<l>.safetensors` / `W_dec_<l>.safetensors` with its key
-names, and its `config.yaml`). `load_transcoders` reads both; `interp_transcoders.json` says which it is.
+circuit-tracer's layout otherwise, with its `config.yaml` (TopK PLT and skip: a transcoder set, `layer_<l>.safetensors`
+with `SingleLayerTranscoder`'s keys; CLT: `W_enc_<l>.safetensors` / `W_dec_<l>.safetensors` with its key names).
+`load_transcoders` reads both (`interp_transcoders.json` says which it is) and circuit-tracer's own directories.
 """
 
 from __future__ import annotations
@@ -173,22 +174,28 @@ def save_transcoders(tc: Transcoders, path: str | Path) -> Path:
                         "hook_name_out": hooks.get("out", "blocks.{l}.hook_mlp_out").format(l=layer),
                         "model_name": tc.meta.get("model")}
                 _saelens_transcoder(arch, s, state, meta).save_model(str(path / f"layer_{layer}"))
-            else:  # circuit-tracer: W_enc_<l> (F, d_in) with b_enc, b_dec, threshold; W_dec_<l> (F, n_out, d_out)
+            elif s.kind == "clt":  # circuit-tracer's CLT: W_enc_<l> (F, d_in), b_enc, b_dec, threshold; W_dec_<l>
                 enc = {f"W_enc_{layer}": W_enc.contiguous(), f"b_enc_{layer}": b_enc, f"b_dec_{layer}": b_dec}
                 if s.activation == "jumprelu":
                     enc[f"threshold_{layer}"] = tc.threshold[layer].detach().cpu()
-                if tc.W_skip is not None:
-                    enc[f"W_skip_{layer}"] = tc.W_skip[layer].detach().cpu()
                 save_file(enc, str(path / f"W_enc_{layer}.safetensors"))
                 save_file({f"W_dec_{layer}": W_dec.contiguous()}, str(path / f"W_dec_{layer}.safetensors"))
+            else:  # circuit-tracer's transcoder set: layer_<l> with SingleLayerTranscoder's state-dict keys
+                state = {"W_enc": W_enc.contiguous(), "W_dec": W_dec[:, 0].contiguous(), "b_enc": b_enc,
+                         "b_dec": b_dec}
+                if s.activation == "jumprelu":
+                    state["activation_function.threshold"] = tc.threshold[layer].detach().cpu()
+                if tc.W_skip is not None:
+                    state["W_skip"] = tc.W_skip[layer].detach().cpu()
+                save_file(state, str(path / f"layer_{layer}.safetensors"))
     if arch is None:
         import yaml
 
         (path / "config.yaml").write_text(yaml.safe_dump({
             "model_kind": "cross_layer_transcoder" if s.kind == "clt" else "transcoder_set",
             "model_name": tc.meta.get("model"), "feature_input_hook": "mlp.hook_in",
-            "feature_output_hook": "hook_mlp_out", "activation_function": s.activation,
-            **({"k": s.k} if s.activation == "topk" else {})}))
+            "feature_output_hook": "hook_mlp_out",
+            **({"activation": "topk", "k": s.k} if s.activation == "topk" else {})}))
     doc = {"format_version": FORMAT_VERSION, "format": "saelens" if arch else "circuit_tracer",
            "spec": s.__dict__, "meta": tc.meta}
     (path / "interp_transcoders.json").write_text(json.dumps(doc, indent=1, default=str))
@@ -196,40 +203,94 @@ def save_transcoders(tc: Transcoders, path: str | Path) -> Path:
 
 
 def load_transcoders(path: str | Path, device: str | torch.device = "cpu") -> Transcoders:
-    """A set written by `save_transcoders` (either format). Reads safetensors and JSON only."""
-    from safetensors.torch import load_file
-
+    """A set written by `save_transcoders` (either format), or a circuit-tracer directory (its config.yaml with
+    `layer_<l>.safetensors` of a transcoder set or the `W_enc_<l>` / `W_dec_<l>` files of a CLT). Reads
+    safetensors, JSON and YAML only."""
     path = Path(path)
     doc_path = path / "interp_transcoders.json"
     if not doc_path.is_file():
-        raise FileNotFoundError(f"{path}: not a transcoder set (no interp_transcoders.json)")
+        if (path / "config.yaml").is_file():
+            return _load_circuit_tracer(path).to(device).eval().requires_grad_(False)
+        raise FileNotFoundError(f"{path}: not a transcoder set (no interp_transcoders.json, no circuit-tracer "
+                                "config.yaml)")
     doc = json.loads(doc_path.read_text())
     if doc.get("format_version") != FORMAT_VERSION:
         raise ValueError(f"{path}: transcoder format {doc.get('format_version')}, this interp reads {FORMAT_VERSION}")
     spec = TranscoderSpec(**doc["spec"])
-    tc = Transcoders(spec)
+    if doc["format"] == "saelens":
+        tc = _fill(Transcoders(spec), [_saelens_layer(path / f"layer_{layer}") for layer in range(spec.n_layers)])
+    else:
+        tc = _fill(Transcoders(spec), [_ct_layer(path, layer) for layer in range(spec.n_layers)])
     tc.meta = doc.get("meta", {})
-    with torch.no_grad():
-        for layer in range(spec.n_layers):
-            if doc["format"] == "saelens":
-                st = load_file(str(path / f"layer_{layer}" / "sae_weights.safetensors"))
-                tc.W_enc[layer] = st["W_enc"].T
-                tc.W_dec[layer].copy_(st["W_dec"][:, None])
-                tc.threshold[layer] = st["threshold"]
-                skip = st.get("W_skip")
-            else:
-                st = load_file(str(path / f"W_enc_{layer}.safetensors"))
-                tc.W_enc[layer] = st[f"W_enc_{layer}"]
-                tc.W_dec[layer].copy_(load_file(str(path / f"W_dec_{layer}.safetensors"))[f"W_dec_{layer}"])
-                if f"threshold_{layer}" in st:
-                    tc.threshold[layer] = st[f"threshold_{layer}"]
-                skip = st.get(f"W_skip_{layer}")
-                st = {"b_enc": st[f"b_enc_{layer}"], "b_dec": st[f"b_dec_{layer}"]}
-            tc.b_enc[layer] = st["b_enc"]
-            tc.b_dec[layer] = st["b_dec"]
-            if tc.W_skip is not None:
-                tc.W_skip[layer] = skip
     return tc.to(device).eval().requires_grad_(False)
+
+
+def _saelens_layer(d: Path) -> dict[str, Tensor]:
+    """One SAELens transcoder directory's weights in this module's layout (W_enc (F, d_in), W_dec (F, n_out, d))."""
+    from safetensors.torch import load_file
+
+    st = load_file(str(d / "sae_weights.safetensors"))
+    return {"W_enc": st["W_enc"].T, "W_dec": st["W_dec"][:, None], "b_enc": st["b_enc"], "b_dec": st["b_dec"],
+            "threshold": st.get("threshold"), "W_skip": st.get("W_skip")}
+
+
+def _ct_layer(path: Path, layer: int) -> dict[str, Tensor]:
+    """Layer `layer` of a circuit-tracer directory: a transcoder set's `layer_<l>.safetensors` or a CLT's
+    `W_enc_<l>` / `W_dec_<l>` files, in this module's layout."""
+    from safetensors.torch import load_file
+
+    if (path / f"layer_{layer}.safetensors").is_file():
+        st = load_file(str(path / f"layer_{layer}.safetensors"))
+        return {"W_enc": st["W_enc"], "W_dec": st["W_dec"][:, None], "b_enc": st["b_enc"], "b_dec": st["b_dec"],
+                "threshold": st.get("activation_function.threshold"), "W_skip": st.get("W_skip")}
+    st = load_file(str(path / f"W_enc_{layer}.safetensors"))
+    return {"W_enc": st[f"W_enc_{layer}"], "W_dec": load_file(str(path / f"W_dec_{layer}.safetensors"))[
+        f"W_dec_{layer}"], "b_enc": st[f"b_enc_{layer}"], "b_dec": st[f"b_dec_{layer}"],
+        "threshold": st.get(f"threshold_{layer}"), "W_skip": st.get(f"W_skip_{layer}")}
+
+
+def _fill(tc: Transcoders, layers: list[dict[str, Tensor]]) -> Transcoders:
+    """`tc` with each layer's weights (a missing threshold is 0: ReLU)."""
+    with torch.no_grad():
+        for layer, w in enumerate(layers):
+            tc.W_enc[layer] = w["W_enc"]
+            tc.W_dec[layer].copy_(w["W_dec"])
+            tc.b_enc[layer] = w["b_enc"]
+            tc.b_dec[layer] = w["b_dec"]
+            tc.threshold[layer] = 0 if w["threshold"] is None else w["threshold"]
+            if tc.W_skip is not None:
+                tc.W_skip[layer] = w["W_skip"]
+    return tc
+
+
+def _load_circuit_tracer(path: Path) -> Transcoders:
+    """A directory as circuit-tracer writes and publishes them (config.yaml: model_kind transcoder_set or
+    cross_layer_transcoder, activation topk with k, relu, or JumpReLU from the files' thresholds)."""
+    import yaml
+
+    cfg = yaml.safe_load((path / "config.yaml").read_text()) or {}
+    kind = cfg.get("model_kind")
+    if kind not in ("transcoder_set", "cross_layer_transcoder"):
+        raise ValueError(f"{path}: circuit-tracer model_kind {kind!r}, expected transcoder_set or "
+                         "cross_layer_transcoder")
+    stem = "layer_{}.safetensors" if kind == "transcoder_set" else "W_enc_{}.safetensors"
+    n = 0
+    while (path / stem.format(n)).is_file():
+        n += 1
+    if n == 0:
+        raise FileNotFoundError(f"{path}: config.yaml says {kind} but there is no {stem.format(0)}")
+    layers = [_ct_layer(path, layer) for layer in range(n)]
+    act = cfg.get("activation")
+    first = layers[0]
+    spec = TranscoderSpec(
+        kind="clt" if kind == "cross_layer_transcoder" else ("skip" if first["W_skip"] is not None else "plt"),
+        activation="topk" if act == "topk" else "jumprelu", n_layers=n, d_in=int(first["W_enc"].shape[1]),
+        d_out=int(first["b_dec"].shape[0]), d_transcoder=int(first["W_enc"].shape[0]), k=int(cfg.get("k") or 16))
+    tc = _fill(Transcoders(spec), layers)
+    tc.meta = {"model": cfg.get("model_name"), "source": "circuit-tracer",
+               "hooks": {"in": "blocks.{l}." + str(cfg.get("feature_input_hook")),
+                         "out": "blocks.{l}." + str(cfg.get("feature_output_hook"))}}
+    return tc
 
 
 def from_saelens(saes: list) -> Transcoders:

@@ -3,6 +3,7 @@ top held-out contexts of the features a graph keeps."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 
@@ -15,7 +16,7 @@ from interp.sae import (
     Transcoders,
     TranscoderTrainConfig,
     cached_transcoders,
-    collect_activations,
+    collect_stacked,
     load_transcoders,
     train_transcoders,
     transcoder_quality,
@@ -39,13 +40,14 @@ def _batches(ids: Tensor, size: int = 16) -> Iterator[dict[str, Tensor]]:
         yield {"input_ids": b, "attention_mask": torch.ones_like(b)}
 
 
-def pairs(model, ids: Tensor, n_tokens: int, progress: bool = False) -> tuple[Tensor, Tensor]:
-    """(X, Y): every layer's MLP input and output at the same `n_tokens` tokens (positions >= 1), (tok, layer, d)."""
+def pairs(model, ids: Tensor, n_tokens: int, progress: bool = False, dtype: torch.dtype = torch.float32
+          ) -> tuple[Tensor, Tensor]:
+    """(X, Y): every layer's MLP input and output at the same `n_tokens` tokens (positions >= 1), (tok, layer, d),
+    written in place (the training buffer in bfloat16: 100k tokens of SmolLM2's 30 layers are 6.9 GB)."""
     L = model.info.n_layers
-    budgets = {Site(kind, layer): n_tokens for layer in range(L) for kind in ("mlp_in", "mlp_out")}
-    buf = collect_activations(model, _batches(ids), budgets, skip_first=1, progress=progress)
-    X = torch.stack([buf.acts[Site("mlp_in", layer)] for layer in range(L)], 1)
-    Y = torch.stack([buf.acts[Site("mlp_out", layer)] for layer in range(L)], 1)
+    X, Y = collect_stacked(model, _batches(ids), [[Site("mlp_in", layer) for layer in range(L)],
+                                                  [Site("mlp_out", layer) for layer in range(L)]],
+                           n_tokens, skip_first=1, dtype=dtype, progress=progress)
     return X, Y
 
 
@@ -83,18 +85,30 @@ def obtain(model, cfg: CircuitsConfig, train_ids: Tensor, progress: bool = False
         return tc.to(model.device), {"source": cfg.transcoders, "from_cache": False,
                                      "seconds": time.perf_counter() - t0}
     if cfg.transcoders != "train":
-        tc = load_transcoders(cfg.transcoders, device=model.device)
-        if tc.n_layers != model.info.n_layers or tc.spec.d_in != model.info.d_model:
-            from interp.errors import ConfigError
+        from interp.errors import ConfigError
 
+        where = cfg.transcoders
+        if where.startswith("circuit-tracer:"):  # the config refuses this offline; not exercised here
+            from huggingface_hub import snapshot_download
+
+            where = snapshot_download(where[len("circuit-tracer:"):], allow_patterns=["*.yaml", "*.safetensors"])
+        tc = load_transcoders(where, device=model.device)
+
+        if tc.n_layers != model.info.n_layers or tc.spec.d_in != model.info.d_model:
             raise ConfigError("transcoders", cfg.transcoders, f"a set for {model.info.n_layers} layers of d_model "
                               f"{model.info.d_model} (this one: {tc.n_layers} layers, d_in {tc.spec.d_in})")
+        hooks = {k: re.sub(r"^blocks\.\d+\.", "blocks.{l}.", str(v)) for k, v in (tc.meta.get("hooks") or {}).items()}
+        want = {"in": Site("mlp_in", 0).tl_name.replace(".0.", ".{l}."),
+                "out": Site("mlp_out", 0).tl_name.replace(".0.", ".{l}.")}
+        if hooks and {k: hooks.get(k) for k in want} != want:
+            raise ConfigError("transcoders", cfg.transcoders, f"a set reading {want['in']} and writing "
+                              f"{want['out']} (this one reads {hooks.get('in')} and writes {hooks.get('out')})")
         return tc, {"source": cfg.transcoders, "from_cache": False, "seconds": time.perf_counter() - t0}
     tcfg = train_config(cfg)
     meta = {"model": model.info.name, "data": corpus_info(cfg.data, seed=cfg.seed)}
 
     def data():
-        return pairs(model, train_ids, cfg.train_tokens, progress)
+        return pairs(model, train_ids, cfg.train_tokens, progress, dtype=torch.bfloat16)
 
     if cfg.cache:
         key = f"circuits {cfg.data} seed{cfg.seed} {train_ids.shape[0]}x{cfg.seq_len} skip1 n{cfg.train_tokens}"

@@ -258,11 +258,61 @@ def test_transcoders_round_trip(setup, tmp_path, kind, activation):
         assert type(sae).__name__ == ("JumpReLUSkipTranscoder" if kind == "skip" else "JumpReLUTranscoder")
         torch.testing.assert_close(sae(x), tc.reconstruct(1, {1: tc.encode(1, x)}, x), rtol=1e-5, atol=1e-5)
     else:  # circuit-tracer's layout and key names
-        assert (path / "config.yaml").is_file()
+        import yaml
         from safetensors.torch import load_file
 
-        assert set(load_file(str(path / "W_dec_1.safetensors"))) == {"W_dec_1"}
-        assert "W_enc_1" in load_file(str(path / "W_enc_1.safetensors"))
+        cfg = yaml.safe_load((path / "config.yaml").read_text())
+        if kind == "clt":
+            assert cfg["model_kind"] == "cross_layer_transcoder"
+            assert set(load_file(str(path / "W_dec_1.safetensors"))) == {"W_dec_1"}
+            assert "W_enc_1" in load_file(str(path / "W_enc_1.safetensors"))
+        else:  # a transcoder set: SingleLayerTranscoder's state dict a layer, TopK's k in the config
+            assert (cfg["model_kind"], cfg["activation"], cfg["k"]) == ("transcoder_set", "topk", tc.spec.k)
+            assert set(load_file(str(path / "layer_1.safetensors"))) == {"W_enc", "W_dec", "b_enc", "b_dec"}
+
+
+def test_circuit_tracer_directories_load(setup, tmp_path):
+    """A directory as circuit-tracer publishes a JumpReLU transcoder set (config.yaml and layer_<l>.safetensors with
+    SingleLayerTranscoder's keys; no interp file), written here from those names, reads back as the same maths:
+    a_l = JumpReLU(x W_enc^T + b_enc), y_hat = a_l W_dec + b_dec."""
+    import yaml
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(0)
+    L, F, d = 2, 24, 16
+    w = [{"W_enc": torch.randn(F, d, generator=g), "W_dec": torch.randn(F, d, generator=g),
+          "b_enc": torch.randn(F, generator=g), "b_dec": torch.randn(d, generator=g),
+          "activation_function.threshold": torch.rand(F, generator=g)} for _ in range(L)]
+    for layer in range(L):
+        save_file(w[layer], str(tmp_path / f"layer_{layer}.safetensors"))
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({
+        "model_kind": "transcoder_set", "feature_input_hook": "mlp.hook_in", "feature_output_hook": "hook_mlp_out"}))
+    tc = load_transcoders(tmp_path)
+    assert (tc.spec.kind, tc.spec.activation, tc.n_layers, tc.spec.d_transcoder) == ("plt", "jumprelu", L, F)
+    x = torch.randn(7, d, generator=g)
+    for layer in range(L):
+        pre = x @ w[layer]["W_enc"].T + w[layer]["b_enc"]
+        a = pre * (pre > w[layer]["activation_function.threshold"])
+        torch.testing.assert_close(tc.reconstruct(layer, {layer: tc.encode(layer, x)}),
+                                   a @ w[layer]["W_dec"] + w[layer]["b_dec"])
+    assert tc.meta["hooks"] == {"in": "blocks.{l}.mlp.hook_in", "out": "blocks.{l}.hook_mlp_out"}
+
+
+def test_a_set_on_other_hooks_is_refused_by_name(setup, tmp_path):
+    """circuits refuses a directory set that reads or writes other hooks than the MLP's input and output."""
+    import yaml
+
+    from interp.errors import ConfigError
+    from interp_probes.circuits import CircuitsConfig
+    from interp_probes.circuits.transcoders import obtain
+
+    m, ids = setup("llama")
+    path = save_transcoders(_transcoders(m, ids, "plt"), tmp_path / "set")
+    (path / "interp_transcoders.json").unlink()  # circuit-tracer's own directory now
+    cfg = yaml.safe_load((path / "config.yaml").read_text())
+    (path / "config.yaml").write_text(yaml.safe_dump({**cfg, "feature_input_hook": "hook_resid_mid"}))
+    with pytest.raises(ConfigError, match="reads blocks.{l}.hook_resid_mid"):
+        obtain(m, CircuitsConfig(transcoders=str(path)), ids[:0])
 
 
 def test_saelens_transcoders_convert(setup, tmp_path):
@@ -293,6 +343,9 @@ def test_pretrained_release_refused_offline(monkeypatch):
     assert len(str(e.value).splitlines()) == 1
     with pytest.raises(ConfigError, match="{l}"):
         prepare("circuits", {"size": "micro", "transcoders": "saelens:some-release/layer_3"})
+    with pytest.raises(ConfigError, match="circuit-tracer release 'some/transcoders'.*INTERP_ONLINE=1") as e:
+        prepare("circuits", {"size": "micro", "transcoders": "circuit-tracer:some/transcoders"})
+    assert len(str(e.value).splitlines()) == 1
 
 
 @pytest.mark.parametrize("kind", ["plt", "clt"])
