@@ -273,6 +273,10 @@ def _load_circuit_tracer(path: Path) -> Transcoders:
     if kind not in ("transcoder_set", "cross_layer_transcoder"):
         raise ValueError(f"{path}: circuit-tracer model_kind {kind!r}, expected transcoder_set or "
                          "cross_layer_transcoder")
+    listed = [str(p) for p in cfg.get("transcoders") or []]
+    if listed and not all((path / p).is_file() for p in listed):
+        raise ValueError(f"{path}: config.yaml lists its layers elsewhere ({listed[0]}, ...): only a directory that "
+                         "holds its own layer files loads here (Gemma Scope's sets load as saelens:<release>)")
     stem = "layer_{}.safetensors" if kind == "transcoder_set" else "W_enc_{}.safetensors"
     n = 0
     while (path / stem.format(n)).is_file():

@@ -298,6 +298,16 @@ def test_circuit_tracer_directories_load(setup, tmp_path):
     assert tc.meta["hooks"] == {"in": "blocks.{l}.mlp.hook_in", "out": "blocks.{l}.hook_mlp_out"}
 
 
+def test_a_circuit_tracer_config_listing_other_files_is_refused(tmp_path):
+    import yaml
+
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({
+        "model_kind": "transcoder_set", "feature_input_hook": "mlp.hook_in", "feature_output_hook": "hook_mlp_out",
+        "transcoders": ["hf://some/other-repo/layer_0/params.npz"]}))
+    with pytest.raises(ValueError, match="lists its layers elsewhere .hf://some/other-repo/layer_0/params.npz"):
+        load_transcoders(tmp_path)
+
+
 def test_a_set_on_other_hooks_is_refused_by_name(setup, tmp_path):
     """circuits refuses a directory set that reads or writes other hooks than the MLP's input and output."""
     import yaml
