@@ -104,3 +104,49 @@ def circuits_graph(model, smoke: bool = False) -> list[Row]:
         rows.append(row(f"circuits_graph_ratio_{n}", f"graph / plain forward+backward, {n} tokens (time ratio)",
                         secs / plain, "report", f"graph {secs:.2f}s; plain {plain:.3f}s"))
     return rows
+
+
+def transcoder_buffer(model, smoke: bool = False) -> list[Row]:
+    """Peak memory of a transcoder set's training buffer (every layer's MLP input and output at the same tokens):
+    `collect_stacked` writing in place into one bfloat16 buffer (what circuits trains on), the same in float32,
+    and the baseline, `collect_activations` (per-batch pieces, concatenated) stacked into (tok, layer, d), the way
+    circuits collected before, measured in the same run. Each figure is the RSS high-water mark over the level
+    just before, with the buffer's own size beside it."""
+    from interp.data import builtin_corpus, token_windows
+    from interp.sae import collect_activations, collect_stacked
+    from interp.sites import Site
+
+    def batches(ids, size=16):
+        for i in range(0, ids.shape[0], size):
+            yield {"input_ids": ids[i : i + size]}
+
+    n_tokens, seq = (96, 16) if smoke else (8192, 128)
+    L = model.info.n_layers
+    ids = torch.tensor(token_windows(model.tokenizer, builtin_corpus("all", 0), -(-n_tokens // (seq - 1)), seq,
+                                     model.info.bos_id))
+    groups = [[Site("mlp_in", layer) for layer in range(L)], [Site("mlp_out", layer) for layer in range(L)]]
+
+    def stacked(dtype):
+        return collect_stacked(model, batches(ids), groups, n_tokens, skip_first=1, dtype=dtype)
+
+    def pieces():
+        buf = collect_activations(model, batches(ids), {s: n_tokens for g in groups for s in g}, skip_first=1)
+        return [torch.stack([buf.acts[s] for s in g], 1) for g in groups]
+
+    stacked(torch.float32)  # warm-up: one-off allocations in none of the figures
+    got = {}
+    for name, fn in (("stacked_bf16", lambda: stacked(torch.bfloat16)), ("stacked_f32", lambda: stacked(torch.float32)),
+                     ("pieces_f32", pieces)):
+        _glibc_returns_freed_memory()
+        measured = _reset_hwm()
+        before = _hwm_kb()
+        out = fn()
+        size = sum(t.numel() * t.element_size() for t in out) / 2**20
+        got[name] = ((_hwm_kb() - before) / 1024 if measured else float("nan"), size)
+        del out
+    what = f"{model.info.name}, {n_tokens} tokens x {L} layers x (in, out)"
+    base = got["pieces_f32"][0]
+    return [row(f"transcoder_buffer_ratio_{name}", f"transcoder buffer peak memory, {name} / pieces_f32",
+                peak / base if base > 0 else float("nan"), "report",
+                f"{peak:.0f} MB (buffer {size:.0f} MB) vs {base:.0f} MB (buffer {got['pieces_f32'][1]:.0f} MB); "
+                f"{what}") for name, (peak, size) in got.items() if name != "pieces_f32"]

@@ -59,6 +59,7 @@ BENCHMARKS = {
     "patching": _lazy("patching", "patching_sweep"),
     "digest": _lazy("digest", "digest"),
     "circuits": _lazy("circuits", "circuits_graph"),
+    "transcoder_buffer": _lazy("circuits", "transcoder_buffer"),
     "gpu": _lazy("gpu", "gpu"),
 }
 
