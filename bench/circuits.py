@@ -112,25 +112,23 @@ def transcoder_buffer(model, smoke: bool = False) -> list[Row]:
     and the baseline, `collect_activations` (per-batch pieces, concatenated) stacked into (tok, layer, d), the way
     circuits collected before, measured in the same run. Each figure is the RSS high-water mark over the level
     just before, with the buffer's own size beside it."""
+    from interp import batched
     from interp.data import builtin_corpus, token_windows
     from interp.sae import collect_activations, collect_stacked
     from interp.sites import Site
-
-    def batches(ids, size=16):
-        for i in range(0, ids.shape[0], size):
-            yield {"input_ids": ids[i : i + size]}
 
     n_tokens, seq = (96, 16) if smoke else (8192, 128)
     L = model.info.n_layers
     ids = torch.tensor(token_windows(model.tokenizer, builtin_corpus("all", 0), -(-n_tokens // (seq - 1)), seq,
                                      model.info.bos_id))
+    chunks = batched({"input_ids": ids}, 16)
     groups = [[Site("mlp_in", layer) for layer in range(L)], [Site("mlp_out", layer) for layer in range(L)]]
 
     def stacked(dtype):
-        return collect_stacked(model, batches(ids), groups, n_tokens, skip_first=1, dtype=dtype)
+        return collect_stacked(model, chunks, groups, n_tokens, skip_first=1, dtype=dtype)
 
     def pieces():
-        buf = collect_activations(model, batches(ids), {s: n_tokens for g in groups for s in g}, skip_first=1)
+        buf = collect_activations(model, chunks, {s: n_tokens for g in groups for s in g}, skip_first=1)
         return [torch.stack([buf.acts[s] for s in g], 1) for g in groups]
 
     stacked(torch.float32)  # warm-up: one-off allocations in none of the figures

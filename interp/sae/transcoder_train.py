@@ -237,7 +237,7 @@ def _splice_hooks(tc: Transcoders, rows: Mapping[int, slice], mode: str, first: 
     acts: dict[int, Tensor] = {}
 
     def write(layer, x, y):
-        if mode == "splice" and (layer in rows or tc.spec.kind == "clt"):  # a CLT's earlier layers write here too
+        if mode == "splice" and any(t in rows for t in tc.out_layers(layer)):  # its features write to a spliced layer
             acts[layer] = tc.encode(layer, x)
         if layer not in rows:
             return y

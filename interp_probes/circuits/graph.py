@@ -247,7 +247,7 @@ class _Backward:
 def _pre_at(tc: Transcoders, xs: dict[int, Tensor], feats: Tensor) -> Tensor:
     """(n_feat,) each feature's pre-activation at its (layer, position), read from xs[layer] (pos, d_in)."""
     if not feats.shape[0]:
-        return torch.zeros(0)
+        return torch.zeros(0, device=tc.W_enc.device)
     return torch.stack([tc.pre(layer, xs[layer][pos].float())[idx] for layer, pos, idx in feats.tolist()])
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 
 import pandas as pd
 import torch
 from torch import Tensor
 
+from interp import batched
 from interp.data import builtin_corpus, corpus_info, load_texts, token_windows
 from interp.sae import (
     Transcoders,
@@ -34,18 +34,12 @@ def chunks(model, cfg: CircuitsConfig) -> tuple[Tensor, Tensor]:
     return ids[:n_train], ids[n_train : n_train + cfg.eval_seqs]
 
 
-def _batches(ids: Tensor, size: int = 16) -> Iterator[dict[str, Tensor]]:
-    for i in range(0, ids.shape[0], size):
-        b = ids[i : i + size]
-        yield {"input_ids": b, "attention_mask": torch.ones_like(b)}
-
-
 def pairs(model, ids: Tensor, n_tokens: int, progress: bool = False, dtype: torch.dtype = torch.float32
           ) -> tuple[Tensor, Tensor]:
     """(X, Y): every layer's MLP input and output at the same `n_tokens` tokens (positions >= 1), (tok, layer, d),
     written in place (the training buffer in bfloat16: 100k tokens of SmolLM2's 30 layers are 6.9 GB)."""
     L = model.info.n_layers
-    X, Y = collect_stacked(model, _batches(ids), [[Site("mlp_in", layer) for layer in range(L)],
+    X, Y = collect_stacked(model, batched({"input_ids": ids}, 16), [[Site("mlp_in", layer) for layer in range(L)],
                                                   [Site("mlp_out", layer) for layer in range(L)]],
                            n_tokens, skip_first=1, dtype=dtype, progress=progress)
     return X, Y
@@ -155,7 +149,7 @@ def top_contexts(model, tc: Transcoders, ids: Tensor, feats: list[tuple[int, int
     for layer, idx in feats:
         by_layer.setdefault(layer, []).append(idx)
     vals = {layer: [] for layer in by_layer}
-    for b in _batches(ids):
+    for b in batched({"input_ids": ids}, 16):
         x = b["input_ids"].to(model.device)
         got: dict[int, Tensor] = {}
         with model.hooks([(Site("mlp_in", layer), _keeper(got, layer)) for layer in by_layer]):
