@@ -1,0 +1,198 @@
+"""Interventions in the real model along lens directions, each against controls of the same norm and count.
+
+A lens's direction for token t at layer l is the residual direction that raises t's readout logit most, to first
+order: v_t = M_l^T N^T w_t, with w_t the unembedding row of t, N the final norm's Jacobian averaged over real final
+residuals (`norm_jacobian`) and M_l the lens's linear part (J_l for the Jacobian lens, I for the logit lens, I + A_l
+for the tuned lens). The paper's "row of W_U J_l, read back into the residual". Random directions are the null.
+
+- steering: add s * v_t / |v_t| at the last position (s: a multiple of the mean residual norm at the layer); read
+  t's log-probability and rank at the output.
+- swap: on every position after the first, write the residual's part in span(v_source, v_target) as
+  a v_source + b v_target and exchange a and b; the part orthogonal to the span is unchanged (measured); read the
+  log-odds of the target's answer over the source's at the output.
+- ablation: project out the directions of the lens's top n tokens at the last position (random: n random
+  directions); read KL(original || ablated) at the output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from interp import add, intervene
+from interp.sites import Site
+
+from .quality import rank_of
+
+LensDirections = Callable[[Int[Tensor, " n"]], Float[Tensor, "n d_model"]]
+"""token ids -> their unit directions at the intervention layer (one lens)."""
+
+
+def norm_jacobian(model, finals: Float[Tensor, "n d_model"]) -> Float[Tensor, "d_model d_model"]:
+    """The final norm's Jacobian d norm(x) / dx, averaged over the residuals `finals` (float32)."""
+    jac = torch.func.vmap(torch.func.jacrev(lambda x: model.final_norm(x[None])[0]))(finals.detach())
+    return jac.float().mean(0)
+
+
+def linear_part(transport: Callable[[int, Tensor], Tensor], layer: int, d: int, device) -> Float[Tensor, "d d"]:
+    """M with transport(layer, h) = M h + c, read from the transport of the identity (float32)."""
+    eye = torch.eye(d, device=device)
+    zero = torch.zeros(1, d, device=device)
+    with torch.no_grad():
+        return (transport(layer, eye).float() - transport(layer, zero).float()).T
+
+
+def directions_of(unembed_w: Float[Tensor, "vocab d"], norm_jac: Float[Tensor, "d d"],
+                  m: Float[Tensor, "d d"]) -> LensDirections:
+    """The unit directions v_t = M^T N^T w_t / |.| of one lens at one layer."""
+
+    def dirs(ids: Tensor) -> Tensor:
+        w = unembed_w[ids.to(unembed_w.device)].float()  # (n, d)
+        v = w @ norm_jac.to(w) @ m.to(w)  # rows: (N^T w)^T M = (M^T N^T w)^T
+        return v / v.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+
+    return dirs
+
+
+def pair_directions(dirs: LensDirections) -> Callable[[Tensor, Tensor], Tensor]:
+    """(source ids, target ids) -> (b, d, 2): the two tokens' directions of one lens, as `swap` takes them."""
+    return lambda s, t: torch.stack([dirs(s), dirs(t)], -1)
+
+
+def random_directions(n: int, d: int, gen: torch.Generator, device) -> Float[Tensor, "n d"]:
+    v = torch.randn(n, d, generator=gen).to(device)
+    return v / v.norm(dim=-1, keepdim=True)
+
+
+def boot_ci(values: np.ndarray, n_boot: int, rng: np.random.Generator) -> tuple[float, float]:
+    """95 % bootstrap interval of the mean (NaN for no values)."""
+    values = np.asarray(values, dtype=float)
+    if values.size == 0:
+        return float("nan"), float("nan")
+    idx = rng.integers(0, values.size, size=(n_boot, values.size))
+    means = values[idx].mean(1)
+    return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
+@torch.no_grad()
+def _last_logp(model, enc: Mapping[str, Tensor]) -> Float[Tensor, "batch vocab"]:
+    return model(enc["input_ids"], enc["attention_mask"])[:, -1].float().log_softmax(-1)
+
+
+@torch.no_grad()
+def steering(model, layer: int, enc: Mapping[str, Tensor], targets: Int[Tensor, " tok"],
+             methods: Mapping[str, LensDirections], size: float) -> pd.DataFrame:
+    """Steer every prompt (left-padded batch) towards each target token along each method's direction of norm
+    `size`, at the last position of resid_post(layer): one row per (method, token, prompt)."""
+    site = Site("resid_post", layer)
+    base = _last_logp(model, enc)
+    rows = []
+    for method, dirs in methods.items():
+        vecs = dirs(targets)
+        for j, t in enumerate(targets.tolist()):
+            with add(model, site, size * vecs[j], positions=[-1]):
+                logp = _last_logp(model, enc)
+            tt = torch.full((logp.shape[0],), t, device=logp.device)
+            rb, ra = rank_of(base, tt).cpu(), rank_of(logp, tt).cpu()
+            for i in range(logp.shape[0]):
+                rows.append({"method": method, "token": t, "prompt": i, "logp_base": float(base[i, t]),
+                             "logp": float(logp[i, t]), "rank_base": int(rb[i]), "rank": int(ra[i])})
+    frame = pd.DataFrame(rows)
+    frame["dlogp"] = frame["logp"] - frame["logp_base"]
+    return frame
+
+
+def swap_edit(v: Float[Tensor, "batch d 2"], pos_mask: Tensor, record: list[float]) -> Callable[[Tensor], Tensor]:
+    """Exchange each residual's coordinates on the two columns of v (source, target) on the masked positions,
+    leaving the part orthogonal to their span unchanged; appends max |orthogonal change| / |x| to `record`."""
+
+    def edit(x: Tensor) -> Tensor:  # (batch, pos, d)
+        vv = v.to(x)
+        coef = torch.linalg.pinv(vv) @ x.transpose(1, 2)  # (b, 2, p): least-squares coordinates on the span
+        delta = (vv @ (coef.flip(1) - coef)).transpose(1, 2) * pos_mask[..., None].to(x)  # (b, p, d)
+        q, _ = torch.linalg.qr(vv)  # (b, d, 2) orthonormal basis of the span
+        perp = delta - (delta @ q) @ q.transpose(1, 2)
+        record.append(float((perp.norm(dim=-1) / x.norm(dim=-1).clamp_min(1e-12)).max()))
+        return x + delta
+
+    return edit
+
+
+@torch.no_grad()
+def swap(model, layer: int, enc: Mapping[str, Tensor], source: Int[Tensor, " b"], target: Int[Tensor, " b"],
+         ans_source: Int[Tensor, " b"], ans_target: Int[Tensor, " b"],
+         methods: Mapping[str, Callable[[Tensor, Tensor], Tensor]]) -> tuple[pd.DataFrame, dict[str, float]]:
+    """Swap each prompt's bridge token for another country's at resid_post(layer), positions >= the first real token
+    + 1; `methods` map (source ids, target ids) -> (b, d, 2) directions. Rows: (method, prompt) with the change of
+    log p(target answer) - log p(source answer); second value: per method the largest orthogonal change measured."""
+    site = Site("resid_post", layer)
+    mask = enc["attention_mask"]
+    first = mask.float().argmax(1)  # first real token (left padding)
+    pos = torch.arange(mask.shape[1], device=mask.device)
+    pos_mask = (mask.bool() & (pos[None] > first[:, None])).float()
+    base = _last_logp(model, enc)
+    bi = torch.arange(base.shape[0], device=base.device)
+    d_base = (base[bi, ans_target.to(base.device)] - base[bi, ans_source.to(base.device)]).cpu()
+    rows, orth = [], {}
+    for method, make in methods.items():
+        rec: list[float] = []
+        with intervene(model, site, swap_edit(make(source, target), pos_mask, rec)):
+            logp = _last_logp(model, enc)
+        d_after = (logp[bi, ans_target.to(logp.device)] - logp[bi, ans_source.to(logp.device)]).cpu()
+        orth[method] = max(rec) if rec else float("nan")
+        for i in range(len(d_base)):
+            rows.append({"method": method, "prompt": i, "logodds_base": float(d_base[i]),
+                         "logodds": float(d_after[i]), "flipped": bool(d_after[i] > 0 and d_base[i] <= 0)})
+    frame = pd.DataFrame(rows)
+    frame["dlogodds"] = frame["logodds"] - frame["logodds_base"]
+    return frame, orth
+
+
+def project_out_edit(q: Float[Tensor, "batch d k"], removed: list[Tensor]) -> Callable[[Tensor], Tensor]:
+    """Remove span(q) (orthonormal columns) from each prompt's last position; records |removed| / |x| there."""
+
+    def edit(x: Tensor) -> Tensor:
+        qq = q.to(x)
+        last = x[:, -1]  # (b, d)
+        part = ((last[:, None, :] @ qq) @ qq.transpose(1, 2))[:, 0]  # (b, d)
+        removed.append((part.norm(dim=-1) / last.norm(dim=-1).clamp_min(1e-12)).cpu())
+        x = x.clone()
+        x[:, -1] = last - part
+        return x
+
+    return edit
+
+
+@torch.no_grad()
+def ablation(model, layer: int, enc: Mapping[str, Tensor], methods: Mapping[str, Float[Tensor, "b d k"]]
+             ) -> pd.DataFrame:
+    """Project each method's directions (per prompt, orthonormalised here) out of the last position at
+    resid_post(layer): rows (method, prompt) with KL(original || ablated) at the output and the removed norm share."""
+    site = Site("resid_post", layer)
+    base = _last_logp(model, enc)
+    rows = []
+    for method, dirs in methods.items():
+        q, _ = torch.linalg.qr(dirs.float())  # (b, d, k)
+        removed: list[Tensor] = []
+        with intervene(model, site, project_out_edit(q, removed)):
+            logp = _last_logp(model, enc)
+        kl = (base.exp() * (base - logp)).sum(-1).cpu()
+        for i in range(len(kl)):
+            rows.append({"method": method, "prompt": i, "kl": float(kl[i]), "removed_frac": float(removed[-1][i])})
+    return pd.DataFrame(rows)
+
+
+def summarize_effects(frame: pd.DataFrame, value: str, n_boot: int, rng: np.random.Generator,
+                      by: Sequence[str] = ("method",)) -> pd.DataFrame:
+    """Mean of `value` per method with its 95 % bootstrap interval and n."""
+    out = []
+    for key, g in frame.groupby(list(by), sort=False):
+        lo, hi = boot_ci(g[value].to_numpy(), n_boot, rng)
+        out.append({**dict(zip(by, key if isinstance(key, tuple) else (key,))), "measure": value,
+                    "mean": float(g[value].mean()), "lo": lo, "hi": hi, "n": int(len(g))})
+    return pd.DataFrame(out)
