@@ -19,96 +19,231 @@ import plotly.graph_objects as go
 
 SELECTION_COLORS = {"graph": "#d62728", "random": "#7f7f7f", "activation": "#1f77b4"}
 KIND_COLORS = {"feature": "#ff7f0e", "error": "#9e9e9e", "embedding": "#2ca02c", "logit": "#d62728"}
+KIND_SYMBOLS = {"feature": "circle", "error": "diamond", "embedding": "square", "logit": "star"}
+KIND_NAMES = {"feature": "feature", "error": "error (what the transcoders miss)", "embedding": "token embedding",
+              "logit": "logit (a next-token candidate)"}
+#: Edge colours by sign, the ends of Neuronpedia's purple-green scale: (legend name, "r,g,b").
+EDGE_COLORS = {1: ("excitatory edge (+): raises its target", "27,120,55"),
+               -1: ("inhibitory edge (−): lowers its target", "118,42,131")}
+DEFAULT_EDGES = 200
+"""Edges the graph draws by default: the strongest of the pruned graph's (thousands draw a hairball)."""
+WEAK = (("fve_mean", "<", 0.6, "variance of the MLP outputs explained (FVE, mean over layers)", "{:.2f}"),
+        ("dead_fraction_mean", ">", 0.3, "features dead (never fire on held-out text)", "{:.0%}"),
+        ("recovered_mean", "<", 0.7, "loss gap recovered, each layer spliced in alone (mean)", "{:.2f}"),
+        ("recovered_min", "<", 0.5, "loss gap recovered by the worst layer", "{:.2f}"),
+        ("replacement_score", "<", 0.3, "replacement score (influence reaching the logits through features, "
+         "not error nodes)", "{:.2f}"))
+"""Transcoder checks the page warns on: (metric, direction, threshold, what it is, format). The default size on
+SmolLM2 measured FVE 0.70, 16 % dead, 0.85 recovered (worst layer 0.67); quick: 0.34, 43 %, 0.47 (-3.26), 0.17."""
+
+_PIECES = {"▁": " ", "Ġ": " ", "Ċ": "\n", "ĉ": "\t"}  # SentencePiece's and byte-level BPE's whitespace markers
+_SHOWN = {"\n": "↵", "\t": "→", "\r": "↵"}
+
+
+def plain(tok: str) -> str:
+    """A token as text: SentencePiece's "▁" and byte-level BPE's "Ġ" / "Ċ" turned back into spaces and newlines."""
+    return "".join(_PIECES.get(c, c) for c in str(tok))
+
+
+def quoted(tok: str, max_len: int = 24) -> str:
+    """A token in quotes, its spaces kept and line breaks shown as ↵: ``' Paris'``."""
+    s = "".join(_SHOWN.get(c, c) for c in plain(tok))
+    return "'" + (s if len(s) <= max_len else s[: max_len - 1] + "…") + "'"
 
 
 def nodes_table(g: dict[str, Any], meta: dict[str, Any]) -> pd.DataFrame:
-    """One row per node of the pruned graph: index, kind, layer (embeddings -1, logits n_layers), position,
-    feature index, activation, influence, label."""
+    """One row per node of the pruned graph: node index, kind, layer (embeddings -1, logits n_layers), position
+    (logits: the last one, whose next token they are), feature index, activation, logit probability, token (the
+    position's; a logit's own), influence and a label in words ("feature 54 in layer 3, at position 5 (' is')")."""
     L, n, F = meta["n_layers"], meta["n_pos"], meta["n_feat"]
+    toks = [quoted(t) for t in meta["str_tokens"]]
     mask = np.asarray(g["node_mask"], dtype=bool)
-    infl = np.asarray(g["influence"], dtype=float)
     feats = np.asarray(g["features"]).reshape(-1, 3)
     acts = np.asarray(g["activations"], dtype=float)
+    probs = np.asarray(g["logit_probs"], dtype=float)
     rows = []
     for i in np.nonzero(mask)[0].tolist():
         if i < F:
             layer, pos, idx = feats[i].tolist()
-            rows.append(("feature", layer, pos, idx, acts[i], f"L{layer} #{idx} @ {pos}"))
+            rows.append(("feature", layer, pos, idx, acts[i], np.nan, meta["str_tokens"][pos],
+                         f"feature {idx} in layer {layer}, at position {pos} ({toks[pos]})"))
         elif i < F + L * n:
             layer, pos = divmod(i - F, n)
-            rows.append(("error", layer, pos, -1, np.nan, f"error L{layer} @ {pos}"))
+            rows.append(("error", layer, pos, -1, np.nan, np.nan, meta["str_tokens"][pos],
+                         f"error of layer {layer}, at position {pos} ({toks[pos]})"))
         elif i < F + (L + 1) * n:
             pos = i - F - L * n
-            rows.append(("embedding", -1, pos, -1, np.nan, f"emb {meta['str_tokens'][pos]!r}"))
+            rows.append(("embedding", -1, pos, -1, np.nan, np.nan, meta["str_tokens"][pos],
+                         f"embedding of {toks[pos]}, position {pos}"))
         else:
             j = i - F - (L + 1) * n
-            prob = float(np.asarray(g["logit_probs"])[j])
-            rows.append(("logit", L, n - 1 + 0.25 * j, -1, np.nan, f"logit {meta['logit_strs'][j]!r} p={prob:.2f}"))
-    t = pd.DataFrame(rows, columns=["kind", "layer", "pos", "feature", "activation", "label"])
+            rows.append(("logit", L, n - 1, -1, np.nan, probs[j], meta["logit_strs"][j],
+                         f"logit {quoted(meta['logit_strs'][j])} (p = {probs[j]:.2f})"))
+    t = pd.DataFrame(rows, columns=["kind", "layer", "pos", "feature", "activation", "prob", "token", "label"])
     t.insert(0, "node", np.nonzero(mask)[0])
-    t["influence"] = infl[t["node"].to_numpy()]
+    t["influence"] = np.asarray(g["influence"], dtype=float)[t["node"].to_numpy()]
     return t
 
 
 def edges_table(g: dict[str, Any]) -> pd.DataFrame:
-    """Pruned edges: source, target, weight."""
+    """Pruned edges, the strongest first: source, target, weight (the source's direct effect on the target's
+    input; positive excites, negative inhibits)."""
     keep = np.asarray(g["edge_mask"], dtype=bool)
     dst, src = np.asarray(g["edge_index"])[:, keep]
-    return pd.DataFrame({"source": src, "target": dst, "weight": np.asarray(g["edge_weight"], dtype=float)[keep]})
+    t = pd.DataFrame({"source": src, "target": dst, "weight": np.asarray(g["edge_weight"], dtype=float)[keep]})
+    return t.iloc[np.argsort(-t.weight.abs().to_numpy(), kind="stable")].reset_index(drop=True)
 
 
-def _layout(nodes: pd.DataFrame) -> pd.DataFrame:
-    """x: position, spread within a (layer, position) cell; y: layer (embeddings below, logits above)."""
-    nodes = nodes.copy()
-    nodes["x"] = nodes["pos"].astype(float)
-    for _, idx in nodes.groupby(["layer", nodes["pos"].astype(int)]).groups.items():
-        k = len(idx)
-        if k > 1:
-            nodes.loc[idx, "x"] += np.linspace(-0.35, 0.35, k)
+def columns(nodes: pd.DataFrame, n_pos: int) -> pd.DataFrame:
+    """Each position's column on the x axis (left, right, center), as wide as its most crowded layer, as
+    Neuronpedia's viewer sizes them (at least a fifth of the widest, so every token's label has room)."""
+    crowd = nodes.groupby(["pos", "layer"]).size().groupby(level="pos").max()
+    crowd = crowd.reindex(range(n_pos), fill_value=0).astype(float)
+    width = np.maximum(crowd, max(1.0, 0.2 * float(crowd.max() or 1)))
+    right = width.cumsum()
+    return pd.DataFrame({"left": right - width, "right": right, "center": right - width / 2,
+                         "slots": np.maximum(crowd, 1)})
+
+
+def layout(nodes: pd.DataFrame, n_pos: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(nodes with x and y, columns): y is the layer (embeddings -1, logits on top); the nodes of a (layer,
+    position) cell sit side by side inside their column, the most influential (or likeliest logit) first."""
+    cols = columns(nodes, n_pos)
+    nodes = nodes.assign(order=np.where(nodes.kind == "logit", -nodes.prob.fillna(0), -nodes.influence))
+    nodes = nodes.sort_values(["pos", "layer", "order", "node"]).drop(columns="order")
+    rank = nodes.groupby(["pos", "layer"]).cumcount().to_numpy()
+    k = nodes.groupby(["pos", "layer"])["node"].transform("size").to_numpy()
+    c = cols.loc[nodes["pos"].to_numpy()]
+    step = (c.right - c.left).to_numpy() / c.slots.to_numpy()
+    nodes["x"] = c.center.to_numpy() + (rank - (k - 1) / 2) * step
     nodes["y"] = nodes["layer"].astype(float)
-    return nodes
+    return nodes.sort_index(), cols
 
 
-def graph_figure(g: dict[str, Any], meta: dict[str, Any], max_edges: int = 1500) -> go.Figure:
-    """The pruned graph: nodes by (position, layer), edges coloured by sign, width by |weight|."""
-    nodes = _layout(nodes_table(g, meta))
+def _edge_text(edges: pd.DataFrame, label: pd.Series) -> list[str]:
+    return [f"{label[s]} → {label[t]}<br>weight {w:+.3g} ({'excitatory' if w > 0 else 'inhibitory'})"
+            for s, t, w in zip(edges.source, edges.target, edges.weight, strict=True)]
+
+
+def graph_figure(g: dict[str, Any], meta: dict[str, Any], max_edges: int = DEFAULT_EDGES,
+                 selected: int | None = None) -> go.Figure:
+    """The pruned graph as Neuronpedia's viewer draws it: one column per token position (shaded), layers up,
+    logits on top of the last position's column with their tokens written beside them. Only the `max_edges`
+    strongest edges are drawn, coloured by sign and as wide as their |weight|; with a `selected` node, its own
+    edges (up to `max_edges` more) are drawn strong and the rest faded. The middle of each edge hovers its
+    source, target and weight. Every node marker carries its node index as customdata."""
+    L, n = meta["n_layers"], meta["n_pos"]
+    nodes, cols = layout(nodes_table(g, meta), n)
+    at = nodes.set_index("node")
     edges = edges_table(g)
-    edges = edges.reindex(edges.weight.abs().sort_values(ascending=False).index)[:max_edges]
-    where = nodes.set_index("node")[["x", "y"]]
+    shown = edges.head(max_edges)
+    if selected is not None:
+        mine = edges[(edges.source == selected) | (edges.target == selected)].head(max_edges)
+        shown = pd.concat([shown, mine]).drop_duplicates(["source", "target"])
     fig = go.Figure()
-    wmax = float(edges.weight.abs().max()) if len(edges) else 1.0
-    for sign, color in ((1, "rgba(31,119,180,{a})"), (-1, "rgba(214,39,40,{a})")):
-        part = edges[np.sign(edges.weight) == sign]
-        part = part[part.source.isin(where.index) & part.target.isin(where.index)]
-        for bucket in (0.25, 0.5, 1.0):  # three widths keep the trace count small
-            lo = {0.25: 0, 0.5: 0.25, 1.0: 0.5}[bucket]
-            sel = part[(part.weight.abs() / wmax > lo) & (part.weight.abs() / wmax <= bucket)]
-            if not len(sel):
+    tops = [-1.6, L + 1.9]
+    fig.update_layout(shapes=[{"type": "rect", "xref": "x", "yref": "y", "layer": "below", "line": {"width": 0},
+                               "x0": c.left, "x1": c.right, "y0": tops[0], "y1": tops[1], "name": f"position {p}",
+                               "fillcolor": "#f2f0e8" if p % 2 else "#faf9f5"} for p, c in cols.iterrows()])
+    wmax = float(shown.weight.abs().max()) if len(shown) else 1.0
+    mine_mask = (shown.source == selected) | (shown.target == selected) if selected is not None else \
+        pd.Series(False, index=shown.index)
+    for sign, (name, rgb) in EDGE_COLORS.items():
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=name, legendgroup=name,
+                                 line={"width": 3, "color": f"rgb({rgb})"}))
+        part = shown[np.sign(shown.weight) == sign]
+        for strong in (False, True):
+            faded = selected is not None and not strong
+            sub = part[mine_mask[part.index] == strong] if selected is not None else part
+            if selected is None and strong:
                 continue
-            xs, ys = [], []
-            for s, t in zip(sel.source, sel.target, strict=True):
-                xs += [where.x[s], where.x[t], None]
-                ys += [where.y[s], where.y[t], None]
-            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
-                                     line={"width": 0.5 + 3 * bucket, "color": color.format(a=0.25 + 0.5 * bucket)}))
-    for kind, part in nodes.groupby("kind"):
+            rel = sub.weight.abs() / wmax
+            for lo, hi in ((0, 0.25), (0.25, 0.5), (0.5, 1.0)):  # three widths keep the trace count small
+                sel = sub[(rel > lo) & (rel <= hi)]
+                if not len(sel):
+                    continue
+                xs = np.column_stack([at.x[sel.source].to_numpy(), at.x[sel.target].to_numpy(),
+                                      np.full(len(sel), np.nan)]).ravel()
+                ys = np.column_stack([at.y[sel.source].to_numpy(), at.y[sel.target].to_numpy(),
+                                      np.full(len(sel), np.nan)]).ravel()
+                alpha = 0.08 if faded else (0.3 + 0.6 * hi if selected is None else 0.95)
+                fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
+                                         legendgroup=name, meta={"edges": len(sel)},
+                                         line={"width": (0.6 + 3 * hi) * (1.6 if strong else 1),
+                                               "color": f"rgba({rgb},{alpha})"}))
+    mid = shown[mine_mask] if selected is not None else shown
+    fig.add_trace(go.Scatter(
+        x=(at.x[mid.source].to_numpy() + at.x[mid.target].to_numpy()) / 2,
+        y=(at.y[mid.source].to_numpy() + at.y[mid.target].to_numpy()) / 2,
+        mode="markers", name="edge weights", showlegend=False, marker={"size": 8, "color": "rgba(0,0,0,0)"},
+        hovertext=_edge_text(mid, at.label), hovertemplate="%{hovertext}<extra></extra>"))
+    for kind in ("embedding", "error", "feature", "logit"):
+        part = nodes[nodes.kind == kind]
+        if not len(part):
+            continue
+        hover = [f"{lab}<br>influence on the logits {inf:.3f}" + ("" if np.isnan(a) else f"<br>activation {a:.3g}")
+                 for lab, inf, a in zip(part.label, part.influence, part.activation, strict=True)]
+        logit = kind == "logit"
         fig.add_trace(go.Scatter(
-            x=part.x, y=part.y, mode="markers", name=kind, customdata=part.node,
-            marker={"size": 9 if kind == "feature" else 12, "color": KIND_COLORS[kind],
-                    "symbol": {"feature": "circle", "error": "diamond", "embedding": "square", "logit": "star"}[kind],
+            x=part.x, y=part.y, mode="markers+text" if logit else "markers", name=KIND_NAMES[kind],
+            customdata=[[int(i)] for i in part.node],
+            text=[quoted(t, 14) for t in part.token] if logit else None,
+            textposition="top center", textfont={"size": 11, "color": "#222"},
+            marker={"size": 12 if logit else 9, "color": KIND_COLORS[kind], "symbol": KIND_SYMBOLS[kind],
                     "line": {"width": 0.5, "color": "#333"}},
-            text=[f"{lab}<br>influence {inf:.3f}" + ("" if np.isnan(a) else f"<br>activation {a:.3g}")
-                  for lab, inf, a in zip(part.label, part.influence, part.activation, strict=True)],
-            hovertemplate="%{text}<extra></extra>"))
-    L = meta["n_layers"]
+            hovertext=hover, hovertemplate="%{hovertext}<extra></extra>"))
+    if selected is not None and selected in at.index:
+        fig.add_trace(go.Scatter(x=[at.x[selected]], y=[at.y[selected]], mode="markers", name="selected node",
+                                 hoverinfo="skip", marker={"size": 20, "symbol": "circle-open",
+                                                           "line": {"width": 3, "color": "#000"}}))
+    step = max(1, L // 10)
     fig.update_layout(
-        height=max(420, 18 * (L + 2)), margin={"l": 60, "r": 20, "t": 30, "b": 90},
-        xaxis={"tickmode": "array", "tickvals": list(range(meta["n_pos"])),
-               "ticktext": [repr(t)[1:-1][:14] for t in meta["str_tokens"]], "tickangle": -45, "title": "position"},
-        yaxis={"tickmode": "array", "tickvals": [-1, *range(0, L, max(1, L // 10)), L],
-               "ticktext": ["emb", *[str(x) for x in range(0, L, max(1, L // 10))], "logits"], "title": "layer"},
-        legend={"orientation": "h", "y": 1.05})
+        height=max(520, 20 * (L + 4) + 150), margin={"l": 90, "r": 20, "t": 20, "b": 150}, plot_bgcolor="#fff",
+        xaxis={"tickmode": "array", "tickvals": cols.center.tolist(), "range": [0, float(cols.right.iloc[-1])],
+               "ticktext": [f"{quoted(t, 14)}<br>{p}" for p, t in enumerate(meta["str_tokens"])],
+               "title": "token, position in the prompt", "showgrid": False, "zeroline": False},
+        yaxis={"tickmode": "array", "tickvals": [-1, *range(0, L, step), L], "range": tops, "showgrid": False,
+               "ticktext": ["embeddings", *[f"layer {x}" for x in range(0, L, step)], "logits"], "zeroline": False},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.16, "x": 0}, hoverlabel={"align": "left"})
     return fig
+
+
+def edge_count(fig: go.Figure) -> int:
+    """Edges a `graph_figure` draws (its line traces' segments)."""
+    return sum(int(t.meta["edges"]) for t in fig.data if isinstance(t.meta, dict) and "edges" in t.meta)
+
+
+def weak_transcoders(metrics: dict[str, Any]) -> list[str]:
+    """The transcoder checks (`WEAK`) a run's metrics fail, each in words with its value and threshold."""
+    out = []
+    for key, how, bound, what, form in WEAK:
+        v = metrics.get(key)
+        if isinstance(v, int | float) and np.isfinite(v) and (v < bound if how == "<" else v > bound):
+            out.append(f"{what}: {form.format(v)} ({how} {form.format(bound)})")
+    return out
+
+
+def contexts_html(part: pd.DataFrame) -> str:
+    """Top contexts of one feature (rows of feature_contexts.parquet), one block each: the activation, then the
+    text with each token shaded by the feature's value there and the token it was read at outlined. Tokens read
+    as text (no "▁" or "Ġ") and lines wrap."""
+    vmax = max(float(part.activation.max()) if len(part) else 1.0, 1e-12)
+    blocks = []
+    for r in part.itertuples():
+        spans = []
+        for i, (t, v) in enumerate(zip(r.tokens, r.values, strict=True)):
+            a = min(1.0, max(0.0, float(v) / vmax))
+            style = f"background: rgba(255,127,14,{a:.2f});"
+            if i == int(r.at):
+                style += " outline: 1.5px solid #222; font-weight: 600;"
+            text = html.escape("".join(_SHOWN.get(c, c) for c in plain(t)), quote=False)
+            spans.append(f'<span class="tok{" kept" if i == int(r.at) else ""}" title="{float(v):.3g}" '
+                         f'style="{style}">{text}</span>')
+        blocks.append('<div style="display: flex; gap: .8em; margin: .25em 0;">'
+                      f'<code style="flex: none; min-width: 3.5em;">{r.activation:.3g}</code>'
+                      '<div class="ctx" style="white-space: pre-wrap; overflow-wrap: anywhere; line-height: 1.7;">'
+                      + "".join(spans) + "</div></div>")
+    return '<div class="circuits-contexts">' + "".join(blocks) + "</div>"
 
 
 def quality_figure(table: pd.DataFrame) -> go.Figure:
@@ -157,27 +292,27 @@ def graph_svg(graph, width: int = 720, node_threshold: float = 0.8, edge_thresho
          "logit_probs": graph.logit_probs.cpu().numpy(), "edge_mask": pr.edge_mask.cpu().numpy(),
          "edge_index": torch.stack([graph.edges.target, graph.edges.source]).cpu().numpy(),
          "edge_weight": graph.edges.weight.cpu().numpy()}
-    nodes = _layout(nodes_table(g, meta)).set_index("node")
-    L, n = graph.n_layers, graph.n_pos
+    nodes, cols = layout(nodes_table(g, meta), graph.n_pos)
+    nodes = nodes.set_index("node")
+    L, span = graph.n_layers, float(cols.right.iloc[-1])
     height = 40 + 14 * (L + 2)
 
     def xy(i):
-        return 30 + (nodes.x[i] + 0.5) * (width - 60) / max(n, 1), height - 20 - (nodes.y[i] + 1) * 14
+        return 30 + nodes.x[i] * (width - 60) / span, height - 20 - (nodes.y[i] + 1) * 14
 
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              'style="background:#fff;font:10px sans-serif">']
-    e = edges_table(g)
+    e = edges_table(g).head(DEFAULT_EDGES)
     wmax = float(e.weight.abs().max()) if len(e) else 1.0
     for s, t, w in zip(e.source, e.target, e.weight, strict=True):
-        if s in nodes.index and t in nodes.index:
-            (x1, y1), (x2, y2) = xy(s), xy(t)
-            color = "#1f77b4" if w > 0 else "#d62728"
-            parts.append(f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="{color}" '
-                         f'stroke-opacity="0.5" stroke-width="{0.3 + 2.5 * abs(w) / wmax:.2f}"/>')
+        (x1, y1), (x2, y2) = xy(s), xy(t)
+        parts.append(f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" '
+                     f'stroke="rgb({EDGE_COLORS[1 if w > 0 else -1][1]})" '
+                     f'stroke-opacity="0.6" stroke-width="{0.3 + 2.5 * abs(w) / wmax:.2f}"/>')
     for i, row in nodes.iterrows():
         x, y = xy(i)
         parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{KIND_COLORS[row.kind]}">'
                      f"<title>{html.escape(row.label)}</title></circle>")
     parts.append(f'<text x="4" y="12">{graph.n_feat} features, {int(pr.node_mask.sum())} nodes and '
-                 f"{int(pr.edge_mask.sum())} edges after pruning</text></svg>")
+                 f"{int(pr.edge_mask.sum())} edges after pruning (the {len(e)} strongest drawn)</text></svg>")
     return "".join(parts)
