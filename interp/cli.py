@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import DataWarning, InterpError
+from .errors import DataWarning, InterpError, Interrupted
 
 
 class _Parser(argparse.ArgumentParser):
@@ -144,10 +144,12 @@ def cmd_ls(args) -> int:
     if not runs:
         print(f"no runs under {_out(args)}")
         return 0
+    row = "{:24s} {:34s} {:11s} {:14s} {}".format
+    print(row("PROBE", "RUN", "STATUS", "MODEL", "METRICS").rstrip())
     for r in runs:
         head = ", ".join(f"{k}={_short(v)}" for k, v in list(r.metrics.items())[:4])
         note = f"  [{r.error}]" if r.status in ("failed", "damaged") and r.error else ""
-        print(f"{r.probe:24s} {r.run_id:34s} {r.status:11s} {r.model or '-':14s} {head}{note}")
+        print(row(r.probe, r.run_id, r.status, r.model or "-", head + note))
     return 0
 
 
@@ -338,9 +340,12 @@ def _main(argv: Sequence[str] | None) -> int:
     except InterpError as e:
         sys.stderr.write(f"interp: {_one_line(str(e))}\n")
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # SIGINT (Ctrl-C): the run, if any, reads interrupted
         sys.stderr.write("interp: interrupted\n")
         return 130
+    except Interrupted as e:  # SIGTERM during a run: recorded interrupted; the shell's 128 + signal number
+        sys.stderr.write(f"interp: interrupted ({_one_line(str(e))})\n")
+        return 143
     except BrokenPipeError:
         raise
     except Exception as e:  # noqa: BLE001 - a failed run: one line (the manifest keeps the error)

@@ -29,5 +29,21 @@ class OutOfMemory(InterpError, MemoryError):
     """A model or a stage of a run needs more memory than its device has free; the message says what to lower."""
 
 
+class Interrupted(BaseException):
+    """A run stopped from outside by a signal: SIGTERM (the runner raises a subclass), as SIGINT raises
+    KeyboardInterrupt. A BaseException, so no `except Exception` carries on past it. A run stopped by either is
+    recorded as interrupted, never failed (`interrupted_by`)."""
+
+
+def interrupted_by(e: BaseException) -> str | None:
+    """What stopped a run that ended with `e` ("SIGINT (Ctrl-C)", "terminated by signal 15 (SIGTERM)"), or None
+    when `e` is not an interruption (KeyboardInterrupt or `Interrupted`)."""
+    if isinstance(e, KeyboardInterrupt):
+        return "SIGINT (Ctrl-C)"
+    if isinstance(e, Interrupted):
+        return str(e) or type(e).__name__
+    return None
+
+
 class DataWarning(UserWarning):
     """User data was usable but not exactly as given (documents dropped, rows repeated); the CLI prints one line."""

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import config_hash, to_dict
-from .errors import ConfigError, InterpError, OutOfMemory
+from .errors import ConfigError, InterpError, Interrupted, OutOfMemory
 from .registry import get_probe
 from .store import RunWriter, default_root, load_run
 
@@ -133,17 +133,32 @@ def env_info() -> dict[str, Any]:
     return out
 
 
-class _Terminated(BaseException):
-    """SIGTERM: a BaseException so no `except Exception` carries on past it."""
+class _Terminated(Interrupted):
+    """SIGTERM: a BaseException so no `except Exception` carries on past it; the run reads interrupted."""
 
 
 def _raise_terminated(signum, frame):  # pragma: no cover - exercised by the reliability tests
-    raise _Terminated(f"terminated by signal {signum}")
+    raise _Terminated(f"terminated by signal {signum} ({signal.Signals(signum).name})")
+
+
+def _record_end(writer, error: BaseException) -> None:
+    """`writer.finish(error=error)` with SIGINT and SIGTERM held off (main thread): a second Ctrl-C while the
+    manifest is written cannot leave the run reading running."""
+    if not _main_thread():
+        writer.finish(error=error)
+        return
+    held = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        writer.finish(error=error)
+    finally:
+        for s, handler in held.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
 
 
 def execute(spec, cfg, out: str | Path | None = None, model: Any = None, progress: bool = True):
     """Run a validated config; returns the run directory. Failures are recorded, then re-raised; running out of
-    memory as OutOfMemory naming the stage and the settings to lower (`out_of_memory`).
+    memory as OutOfMemory naming the stage and the settings to lower (`out_of_memory`). SIGINT (KeyboardInterrupt)
+    and SIGTERM (`_Terminated`, raised here in the main thread) end the run as interrupted, then propagate.
 
     A CUDA device the machine lacks is refused first (`check_device`), before torch loads or a directory is made."""
     from .context import RunContext
@@ -165,7 +180,7 @@ def execute(spec, cfg, out: str | Path | None = None, model: Any = None, progres
     except BaseException as e:
         oom = out_of_memory(e, cfg, ctx.stage if ctx is not None else None)
         if oom is None:
-            writer.finish(error=e)
+            _record_end(writer, e)  # interrupted for SIGINT (KeyboardInterrupt) and SIGTERM, else failed
             raise
     finally:
         if old is not None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ._files import _now, atomic_write, atomic_write_text, jsonable, read_parsed, sha256_file  # noqa: F401  (re-exported)
-from .errors import DamagedRun, InterpError
+from .errors import DamagedRun, InterpError, interrupted_by
 
 SCHEMA = 1
 MANIFEST = "manifest.json"
@@ -220,7 +220,9 @@ class RunWriter:
         atomic_write_text(self.path / MANIFEST, json.dumps(self.manifest, indent=1))
 
     def finish(self, error: BaseException | None = None) -> None:
-        """Re-hash every file, then write status done (or failed with the error) last."""
+        """Re-hash every file, then write status done last; with an error, status interrupted when a signal
+        stopped the run (KeyboardInterrupt from SIGINT, `Interrupted` from SIGTERM: `interrupted_by`), else
+        failed, with the error."""
         m = self.manifest
         m["finished"] = _now()
         started = _dt.datetime.fromisoformat(m["started"])
@@ -229,6 +231,9 @@ class RunWriter:
             for filename in list(m["files"]):
                 self._record(filename)
             m["status"] = "done"
+        elif (why := interrupted_by(error)) is not None:
+            m["status"] = "interrupted"
+            m["error"] = f"interrupted: {why}"
         else:
             m["status"] = "failed"
             m["error"] = f"{type(error).__name__}: {error}"
@@ -281,7 +286,8 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
 
 
 def effective_status(manifest: dict[str, Any]) -> str:
-    """'running' only while the writing process lives (same host); else 'interrupted'."""
+    """The manifest's status, but 'running' only while the writing process lives (same host); else 'interrupted',
+    as a run a signal stopped is recorded (`RunWriter.finish`)."""
     status = manifest.get("status", "damaged")
     if status == "running" and manifest.get("host") == socket.gethostname():
         pid = manifest.get("pid")

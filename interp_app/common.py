@@ -450,14 +450,21 @@ def _sync_query(key: str) -> None:
     st.query_params["run"] = st.session_state[key]
 
 
+def default_run(infos: list[RunInfo]) -> RunInfo:
+    """The run a probe's page opens on without ``?run=``: the newest done one (`infos` are newest first), else the
+    newest of any status; a failed or interrupted run stays one choice away in the select box."""
+    return next((i for i in infos if i.status == "done"), infos[0])
+
+
 def select_run(name: str, infos: list[RunInfo], chosen: str | None) -> RunInfo:
-    """The sidebar select box of a probe's runs (newest first, status shown), kept in ``?run=``."""
+    """The sidebar select box of a probe's runs (newest first, status shown), kept in ``?run=``; it opens on
+    `default_run`."""
     by_ref = {ref(i): i for i in infos}
     key = f"run-select:{name}"
     if chosen in by_ref:
         st.session_state[key] = chosen
     elif st.session_state.get(key) not in by_ref:
-        st.session_state[key] = next(iter(by_ref))
+        st.session_state[key] = ref(default_run(infos))
     selected = st.sidebar.selectbox(
         f"{name} run",
         list(by_ref),

@@ -6,7 +6,8 @@
 
 Each point's config hash identifies it: a point whose run is already `done` under the output
 root is skipped; a `failed` one is retried only with `retry_failed`; one whose run was interrupted
-(its process killed, or stopped by SIGTERM) is run again. The outcome table goes to ``<out>/sweeps/<name>/sweep.json``,
+(its process killed, or stopped by SIGINT or SIGTERM) is run again; Ctrl-C stops a local sweep, whose record
+then reads interrupted. The outcome table goes to ``<out>/sweeps/<name>/sweep.json``,
 rewritten atomically when the sweep starts and after every point, so a killed driver leaves the
 last complete state. With Ray, every worker must reach the same output root (a shared filesystem
 on a cluster).

@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, InterpError
+from ..errors import ConfigError, InterpError, Interrupted
 from ..store import _now, atomic_write_text, default_root, jsonable
 from .claims import CLAIM_TTL
 from .execute import run_local
@@ -81,11 +81,15 @@ def run_sweep(file: str | Path, out: str | Path | None = None, executor: str = "
                 bar.set_postfix_str(f"point {p.index}: {p.status}")
                 bar.update()
 
-            if executor == "ray":
-                run_ray(spec, todo, out, ray_address, max_parallel, progress, cpus_per_point, gpus_per_point,
-                        claim_ttl, on_point)
-            else:
-                run_local(spec, todo, out, progress, claim_ttl, on_point)
+            try:
+                if executor == "ray":
+                    run_ray(spec, todo, out, ray_address, max_parallel, progress, cpus_per_point, gpus_per_point,
+                            claim_ttl, on_point)
+                else:
+                    run_local(spec, todo, out, progress, claim_ttl, on_point)
+            except (KeyboardInterrupt, Interrupted):  # the record says so; a rerun redoes the interrupted point
+                write("interrupted")
+                raise
     from ..display import SweepResult
 
     return SweepResult(write("finished"))  # a dict that renders with its points and figure in a notebook

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import config_hash
+from ..errors import interrupted_by
 from .claims import CLAIM_TTL, claim_holder, claim_path, done_runs, try_claim
 from .spec import Point, SweepSpec
 
@@ -18,11 +19,13 @@ POLL = 1.0
 
 
 def _execute_point(probe: str, overrides: dict[str, Any], out: str, progress: bool = False,
-                   claim_ttl: float = CLAIM_TTL) -> dict[str, Any]:
-    """Run one point under its claim (in this process or a Ray worker); never raises.
+                   claim_ttl: float = CLAIM_TTL, stop_on_interrupt: bool = False) -> dict[str, Any]:
+    """Run one point under its claim (in this process or a Ray worker); never raises, but with
+    `stop_on_interrupt` (the local executor: the driver itself was stopped) re-raises SIGINT's KeyboardInterrupt
+    and SIGTERM's `Interrupted` after the run is recorded interrupted.
 
-    status: done | failed | skipped (another process finished it before the claim was taken) | claimed (another
-    live process holds it: the driver waits for that one).
+    status: done | failed | interrupted (a signal stopped the run: a rerun redoes it) | skipped (another process
+    finished it before the claim was taken) | claimed (another live process holds it: the driver waits for that one).
     """
     from ..runner import execute, prepare
     from ..store import load_run
@@ -41,6 +44,11 @@ def _execute_point(probe: str, overrides: dict[str, Any], out: str, progress: bo
         path = execute(spec, cfg, out=out, progress=progress)
         return {"status": "done", "run_dir": str(path), "metrics": load_run(path, verify=False).metrics}
     except BaseException as e:  # noqa: BLE001 - a point's failure is recorded, the sweep goes on
+        why = interrupted_by(e)
+        if why is not None and stop_on_interrupt:
+            raise
+        if why is not None:
+            return {"status": "interrupted", "error": f"interrupted: {why}"}
         return {"status": "failed", "error": f"{type(e).__name__}: {e}"}
     finally:
         if claim is not None:
@@ -110,7 +118,14 @@ def _apply(p: Point, result: dict[str, Any]) -> None:
 def run_local(spec: SweepSpec, todo: list[Point], out: Path, progress: bool, claim_ttl: float = CLAIM_TTL,
               on_point: Callable[[Point], None] = lambda p: None) -> None:
     started: list[Point] = []
-    _drive(spec.probe, todo, out, 1, claim_ttl, started.append,
-           lambda timeout: [(p, _execute_point(spec.probe, p.overrides, str(out), claim_ttl=claim_ttl))
-                            for p in [started.pop()]],
-           on_point)
+
+    def wait(timeout: float) -> list[tuple[Point, dict[str, Any]]]:
+        p = started.pop()
+        try:
+            return [(p, _execute_point(spec.probe, p.overrides, str(out), claim_ttl=claim_ttl,
+                                       stop_on_interrupt=True))]
+        except BaseException as e:  # only SIGINT / SIGTERM come out: the point reads interrupted, the sweep stops
+            p.status, p.error = "interrupted", f"interrupted: {interrupted_by(e)}"
+            raise
+
+    _drive(spec.probe, todo, out, 1, claim_ttl, started.append, wait, on_point)

@@ -24,11 +24,13 @@ def _prepare_point(probe: str, point: Point):
 
 
 def stopped_by_signal(run: RunInfo) -> bool:
-    """A failed run that SIGTERM stopped (as Ray stops a dead driver's workers): interrupted, not failed on its own,
+    """A run that a signal stopped: status interrupted (SIGINT, SIGTERM as Ray stops a dead driver's workers, or a
+    killed process), or failed by SIGTERM as runs recorded before interrupted existed read. Not failed on its own,
     so a rerun redoes it without `retry_failed`."""
     from ..runner import _Terminated
 
-    return (run.error or "").startswith(f"{_Terminated.__name__}: ")
+    return run.status == "interrupted" or (run.status == "failed"
+                                           and (run.error or "").startswith(f"{_Terminated.__name__}: "))
 
 
 

@@ -46,9 +46,10 @@ def test_sigkill_at_each_point(point, tmp_path, model):
     assert sorted(r.status for r in list_runs(out)) == ["done", "interrupted"]
 
 
-def test_sigterm_ends_failed_with_the_signal(tmp_path):
+def test_sigterm_ends_interrupted_with_the_signal(tmp_path):
     """SIGTERM (a scheduler's stop) raises a BaseException in the run, so no `except Exception` carries on past
-    it: the run ends `failed` with the signal in the manifest (stalled during the model load: no model needed)."""
+    it: the run ends `interrupted` (not failed) with the signal in the manifest (stalled during the model load: no
+    model needed)."""
     out, marker = tmp_path / "out", tmp_path / "marker"
     proc = subprocess.Popen([sys.executable, str(HERE / "_stall.py"), str(out), "load", str(marker)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -59,7 +60,7 @@ def test_sigterm_ends_failed_with_the_signal(tmp_path):
     os.kill(proc.pid, signal.SIGTERM)
     assert proc.wait(timeout=60) != 0
     (info,) = list_runs(out)
-    assert info.status == "failed" and "terminated by signal 15" in info.error, info
+    assert info.status == "interrupted" and "terminated by signal 15 (SIGTERM)" in info.error, info
 
 
 def test_write_error_ends_failed_with_the_error(tmp_path, model, monkeypatch):
