@@ -7,7 +7,8 @@ import datetime as _dt
 import hashlib
 import math
 import os
-import tempfile
+import secrets
+import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,13 +26,55 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Call write(tmp) on a temporary sibling of `path`, fsync it, then os.replace into place."""
+def temp_sibling(path: Path, directory: bool = False) -> Path:
+    """A new, empty temporary file (or directory) beside `path`, hidden and uniquely named, made with the process's
+    umask as `open()` and `mkdir` make files (0644 / 0755 under umask 022, 0600 / 0700 under 077). Every atomic
+    writer starts here: `tempfile.mkstemp` and `mkdtemp` make 0600 / 0700 whatever the umask, so a colleague or a
+    dashboard running as another user could not read a shared artifacts root."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    for _ in range(100):
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            if directory:
+                os.mkdir(tmp, 0o777)
+            else:
+                os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            continue
+        return tmp
+    raise FileExistsError(f"no free temporary name beside {path}")  # pragma: no cover - 100 collisions
+
+
+def umask_modes(tmp: Path) -> Callable[[], None]:
+    """A function that gives `tmp` (a `temp_sibling`, just made) and, for a directory, everything written into it
+    the mode `tmp` was made with, the umask's (files without execute bits). Call it after the writer: some
+    writers make 0600 files whatever the umask (safetensors' save_file writes a private file and renames it)."""
+    made = stat.S_IMODE(os.stat(tmp).st_mode) & 0o777
+    file_mode = made & 0o666
+
+    def settle() -> None:
+        if not tmp.is_dir():
+            os.chmod(tmp, file_mode)
+            return
+        for p in [tmp, *tmp.rglob("*")]:
+            if p.is_symlink():
+                continue
+            want = made if p.is_dir() else file_mode
+            if stat.S_IMODE(p.stat().st_mode) != want:
+                os.chmod(p, want)
+
+    return settle
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """Call write(tmp) on a temporary sibling of `path` (`temp_sibling`: the umask's mode), fsync it, then
+    os.replace into place."""
+    path = Path(path)
+    tmp = temp_sibling(path)
+    settle = umask_modes(tmp)
     try:
         write(Path(tmp))
+        settle()
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -41,15 +84,17 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
 
 
 def atomic_dir(path: Path, write: Callable[[Path], None]) -> None:
-    """Call write(tmp) on a temporary sibling directory of `path`, then rename it into place; if another process
-    filled `path` first, keep theirs (cache entries: same key, same content)."""
+    """Call write(tmp) on a temporary sibling directory of `path` (`temp_sibling`: the umask's mode), then rename
+    it into place; if another process filled `path` first, keep theirs (cache entries: same key, same content)."""
     import shutil
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    tmp = temp_sibling(path, directory=True)
+    settle = umask_modes(tmp)
     try:
         write(tmp)
+        settle()
         try:
             os.replace(tmp, path)
         except OSError:  # another process filled it first

@@ -16,6 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ._files import umask_modes
 from .errors import ModelNotFound
 
 
@@ -133,6 +134,8 @@ def ensure_cached(name: str) -> Path:
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         out = tmp / "model"
+        out.mkdir()
+        settle = umask_modes(out)  # the umask's modes (safetensors writes 0600 files): a shared cache stays readable
         model.save_pretrained(out, safe_serialization=True)
         tokenizer.save_pretrained(out)
         (out / "interp_embedded.json").write_text(
@@ -140,5 +143,6 @@ def ensure_cached(name: str) -> Path:
         )
         if target.exists():  # another process finished first
             return target
+        settle()
         os.replace(out, target)
     return target

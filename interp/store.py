@@ -15,13 +15,21 @@ import os
 import re
 import secrets
 import socket
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._files import _now, atomic_write, atomic_write_text, jsonable, read_parsed, sha256_file  # noqa: F401  (re-exported)
+from ._files import (  # noqa: F401  (re-exported)
+    _now,
+    atomic_write,
+    atomic_write_text,
+    jsonable,
+    read_parsed,
+    sha256_file,
+    temp_sibling,
+    umask_modes,
+)
 from .errors import DamagedRun, InterpError, interrupted_by
 
 SCHEMA = 1
@@ -186,9 +194,11 @@ class RunWriter:
         its files is hashed as "name/file". Only safetensors and JSON files are allowed.
         """
         check_name(name)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=self.path))
+        tmp = temp_sibling(self.path / name, directory=True)
+        settle = umask_modes(tmp)
         try:
             write(tmp)
+            settle()
             files = sorted(p for p in tmp.rglob("*") if p.is_file())
             for p in files:
                 if p.parent != tmp or not p.name.endswith(ARTIFACT_SUFFIXES):

@@ -4,8 +4,6 @@ sae_weights.safetensors, sparsity.safetensors)."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -14,6 +12,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from .._files import atomic_write
 from ..errors import ConfigError
 from ..sites import Site
 from .calibrate import set_density
@@ -167,14 +166,7 @@ def save_density(path: str | Path, density: Float[Tensor, " d_sae"]) -> Path:
 
     path = Path(path)
     log10 = torch.log10(density.detach().float().cpu() + 1e-10).contiguous()  # (d_sae,)
-    fd, tmp = tempfile.mkstemp(prefix=".sparsity.", suffix=".tmp", dir=path)
-    os.close(fd)
-    try:
-        save_file({"sparsity": log10}, tmp)
-        os.replace(tmp, path / SPARSITY_FILE)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path / SPARSITY_FILE, lambda tmp: save_file({"sparsity": log10}, str(tmp)))
     return path / SPARSITY_FILE
 
 
