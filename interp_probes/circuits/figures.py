@@ -101,8 +101,8 @@ def columns(nodes: pd.DataFrame, n_pos: int) -> pd.DataFrame:
     crowd = crowd.reindex(range(n_pos), fill_value=0).astype(float)
     width = np.maximum(crowd, max(1.0, 0.2 * float(crowd.max() or 1)))
     right = width.cumsum()
-    return pd.DataFrame({"left": right - width, "right": right, "center": right - width / 2,
-                         "slots": np.maximum(crowd, 1)})
+    left = right.shift(1, fill_value=0.0)  # the previous column's right edge exactly
+    return pd.DataFrame({"left": left, "right": right, "center": (left + right) / 2, "slots": np.maximum(crowd, 1)})
 
 
 def layout(nodes: pd.DataFrame, n_pos: int) -> tuple[pd.DataFrame, pd.DataFrame]:
