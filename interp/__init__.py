@@ -18,6 +18,7 @@ the dashboard (interp_app/) imports from nothing else (tests/unit/test_public_su
     interp.embedder    the packaged sentence embedder (all-MiniLM-L6-v2), when installed
     interp.errors      the exceptions front ends turn into one-line messages (ConfigError, NumericError, ...)
     interp.generate    batched greedy decoding and perplexity
+    interp.lens        logit, tuned and Jacobian lenses: one readout; fit, merge, cache, the reference's file
     interp.models      load_model, Model, ModelInfo and model resolution (a package, an index of its modules)
     interp.precision   dtypes and autocast where the hardware runs them natively
     interp.registry    @probe and the one list of probes the CLI, sweeps and dashboard read
@@ -62,8 +63,8 @@ from .store import Run, RunInfo, list_runs, load_run
 
 #: The public modules (the docstring's list): what code outside the core may import besides `interp`'s names.
 PUBLIC_MODULES = (
-    "config", "context", "corpora", "data", "display", "embedder", "errors", "generate", "models", "precision",
-    "registry", "replacement", "runner", "sae", "sites", "store", "sweep", "viz",
+    "config", "context", "corpora", "data", "display", "embedder", "errors", "generate", "lens", "models",
+    "precision", "registry", "replacement", "runner", "sae", "sites", "store", "sweep", "viz",
 )
 
 _LAZY = {
