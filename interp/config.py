@@ -26,7 +26,7 @@ from .config_fields import (  # noqa: F401  (re-exported: interp.config is where
     describe,
     field_docs,
 )
-from .errors import ConfigError
+from .errors import ConfigError, did_you_mean
 
 SIZES = ("micro", "quick", "default")
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:[0-9]+)?)$")
@@ -283,7 +283,7 @@ def build_config(cls: type[ProbeConfig], overrides: dict[str, Any] | None = None
     values = nest(dict(overrides or {}))
     size = values.get("size", "default")
     if size not in SIZES:
-        raise ConfigError("size", size, "one of " + ", ".join(SIZES))
+        raise ConfigError("size", size, did_you_mean(size, SIZES) + "one of " + ", ".join(SIZES))
     values = _merge(nest(cls.SIZE_PRESETS.get(size, {})), values)
     cfg = _build(cls, values)
     cfg.validate()

@@ -15,7 +15,7 @@ import typing
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Annotated, Any, Literal
 
-from .errors import ConfigError
+from .errors import ConfigError, did_you_mean
 
 
 @dataclass(frozen=True, eq=False)  # identity equality: typing caches Annotated[...] by its metadata's equality, and
@@ -62,7 +62,7 @@ class Subset:
     def check(self, name: str, value: tuple[str, ...]) -> None:
         for v in value:
             if v not in self.choices:
-                raise ConfigError(name, v, "one of " + ", ".join(self.choices))
+                raise ConfigError(name, v, did_you_mean(v, self.choices) + "one of " + ", ".join(self.choices))
         if (not value and not self.empty) or (not self.repeats and len(set(value)) != len(value)):
             raise ConfigError(name, list(value), str(self))
 
@@ -165,7 +165,8 @@ def _coerce(name: str, value: Any, tp: Any) -> Any:
     if origin is Literal:
         if value in args:
             return value
-        raise ConfigError(name, value, "one of " + ", ".join(repr(a) for a in args))
+        hint = did_you_mean(value, [a for a in args if isinstance(a, str)]) if isinstance(value, str) else ""
+        raise ConfigError(name, value, hint + "one of " + ", ".join(repr(a) for a in args))
     if origin in (list, tuple):
         if isinstance(value, str) or not isinstance(value, (list, tuple)):
             raise ConfigError(name, value, f"a list of {_tname(args[0]) if args else 'values'}")
@@ -228,8 +229,7 @@ def _build(cls: type, values: dict[str, Any], prefix: str = "", base: Any = None
     names = {f.name for f in fields(cls)}
     for key in values:
         if key not in names:
-            close = ", ".join(sorted(names))
-            raise ConfigError(prefix + key, values[key], f"unknown field; known: {close}")
+            raise _unknown_field(cls, prefix, key, values[key], base)
     kwargs = {}
     for f in fields(cls):
         default = _default_of(f) if base is None else getattr(base, f.name)
@@ -240,6 +240,29 @@ def _build(cls: type, values: dict[str, Any], prefix: str = "", base: Any = None
         elif base is not None or is_dataclass(default):
             kwargs[f.name] = default
     return cls(**kwargs)
+
+
+def _unknown_field(cls: type, prefix: str, key: str, value: Any, base: Any = None) -> ConfigError:
+    """The ConfigError of an unknown field `key` of dataclass `cls`, with the closest known name (difflib): a
+    nested config's fields as dotted names (`hook` -> `sae.hook`), a dotted key by its whole path (`sea.hok=x`
+    -> `sae.hook`), then every known name of this level."""
+    field, leaf = prefix + key, value
+    while isinstance(leaf, dict) and len(leaf) == 1:  # --set sea.hok=x arrives nested: {"sea": {"hok": "x"}}
+        (sub, leaf), = leaf.items()
+        field += "." + sub
+    names = [f.name for f in fields(cls)]
+    dotted = list(names)
+    for f in fields(cls):
+        default = _default_of(f) if base is None else getattr(base, f.name)
+        if is_dataclass(default):
+            dotted += [f"{f.name}.{g.name}" for g in fields(default)]
+    wanted = field[len(prefix):]
+    hint = did_you_mean(wanted, dotted)
+    if not hint and "." not in wanted:  # a nested field named alone: hook -> sae.hook
+        alone = [d for d in dotted if d.rpartition(".")[2] == wanted]
+        hint = f"did you mean {alone[0]}? " if len(alone) == 1 else ""
+    hint = hint.replace("did you mean ", "did you mean " + prefix, 1) if hint and prefix else hint
+    return ConfigError(field, leaf, f"unknown field; {hint}known: {', '.join(sorted(names))}")
 
 
 def check_ranges(cfg: Any, prefix: str = "") -> None:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from interp import corpora
-from interp.errors import ConfigError, DataWarning
+from interp.errors import ConfigError, DataWarning, MissingPath, did_you_mean, looks_like_path
 
 SPLITS = ("train", "heldout", "all")
 HELDOUT_EVERY = 10
@@ -134,7 +134,7 @@ def read_jsonl(source: str, *, field: str, required: Sequence[str] = (), unique:
         raise ConfigError(field, source, "a JSONL file")
     path = Path(source).expanduser()
     if not path.exists():
-        raise ConfigError(field, source, f"no such file: {path}")
+        raise MissingPath(field, source, "a JSONL file")
     text = _read_text(source, path, field)
     rows: list[dict[str, Any]] = []
     first_line: dict[str, int] = {}
@@ -251,11 +251,13 @@ def _kind(source: str, field: str) -> Literal["builtin", "hf", "file"]:
     path, _ = _path_and_field(source)
     if path.exists():
         return "file"
-    if path.suffix.lower() in SUFFIXES:
-        raise ConfigError(field, source, f"no such file: {path}")
+    if path.suffix.lower() in SUFFIXES or looks_like_path(source):
+        raise MissingPath(field, source, ALLOWED, path if _JSONL_FIELD.match(source) else None)
     if os.environ.get("INTERP_ONLINE") == "1":
         return "hf"
-    raise ConfigError(field, source, f"no such file, and HF dataset names need INTERP_ONLINE=1; allowed: {ALLOWED}")
+    hint = did_you_mean(source, ("builtin", "builtin:heldout", "builtin:all"))
+    raise ConfigError(field, source, f"no such file, and HF dataset names need INTERP_ONLINE=1; {hint}allowed: "
+                      f"{ALLOWED}")
 
 
 def _path_and_field(source: str) -> tuple[Path, str]:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, did_you_mean
 
 _REGISTRY: dict[str, "ProbeSpec"] = {}
 
@@ -175,5 +175,5 @@ def get_probe(name: str) -> ProbeSpec:
     """The spec of probe `name`; ConfigError listing the known names otherwise."""
     known = probes_available()
     if name not in known:
-        raise ConfigError("probe", name, "one of " + ", ".join(known))
+        raise ConfigError("probe", name, did_you_mean(name, known) + "one of " + ", ".join(known))
     return known[name]

@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import embedded, families
 from ..config import ModelLimits
-from ..errors import ModelNotFound
+from ..errors import ModelNotFound, did_you_mean
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -68,9 +68,20 @@ def resolve_model(name: str) -> Resolved:
             return Resolved(name, "hub", name)
         raise ModelNotFound(
             f"model {name!r} has no local weights (nor a folder of that name here) and INTERP_ONLINE is not set; "
-            f"embedded models: {', '.join(embedded_names())}"
+            f"{_did_you_mean(name)}embedded models: {', '.join(embedded_names())}"
         )
-    raise ModelNotFound(f"unknown model {name!r}; embedded models: {', '.join(embedded_names())}")
+    raise ModelNotFound(f"unknown model {name!r}; {_did_you_mean(name)}embedded models: {', '.join(embedded_names())}")
+
+
+def _did_you_mean(name: str) -> str:
+    """ "did you mean NAME? " for the closest embedded or cached model name (`interp models`), else ""."""
+    known = embedded_names()
+    models = embedded.cache_root() / "models"
+    try:
+        known += sorted(d.name for d in models.iterdir() if (d / "config.json").is_file() and d.name not in known)
+    except OSError:
+        pass
+    return did_you_mean(name, known)
 
 
 def _looks_like_path(name: str) -> bool:

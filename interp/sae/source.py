@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, MissingPath
 
 PREFIX = "saelens:"
 WHAT = "a SAELens SAE directory (with cfg.json), a run directory holding an SAE, or saelens:<release>/<sae_id>"
@@ -107,7 +107,7 @@ def resolve_sae_spec(spec: str, field: str = "sae") -> SAERef:
         return SAERef("dir", path=p / name, run=p)
     if p.exists():
         raise ConfigError(field, spec, WHAT + f" ({p} has neither cfg.json + sae_weights.safetensors nor a manifest)")
-    raise ConfigError(field, spec, WHAT + " (no such path)")
+    raise MissingPath(field, spec, WHAT)
 
 
 def load_sae(spec: str, device: str = "cpu", field: str = "sae"):

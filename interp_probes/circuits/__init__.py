@@ -19,7 +19,7 @@ from typing import Annotated, Literal
 
 from interp.config import ModelLimits, NonNegativeInt, PositiveInt, ProbeConfig, Range
 from interp.data import check_source
-from interp.errors import ConfigError
+from interp.errors import ConfigError, MissingPath, did_you_mean
 from interp.registry import probe
 
 
@@ -134,9 +134,13 @@ class CircuitsConfig(ProbeConfig):
                                   f"{repo!r} downloads its weights, which needs the network (set INTERP_ONLINE=1)")
         elif self.transcoders != "train" and not any((Path(self.transcoders) / f).is_file()
                                                      for f in ("interp_transcoders.json", "config.yaml")):
-            raise ConfigError("transcoders", self.transcoders, '"train", a directory written by '
-                              "interp.sae.save_transcoders (with interp_transcoders.json) or by circuit-tracer (with "
-                              "config.yaml), saelens:<release>/<id> or circuit-tracer:<owner>/<repository>")
+            forms = ('"train", a directory written by interp.sae.save_transcoders (with interp_transcoders.json) or '
+                     "by circuit-tracer (with config.yaml), saelens:<release>/<id> or "
+                     "circuit-tracer:<owner>/<repository>")
+            hint = did_you_mean(self.transcoders, ["train"])
+            if not hint and not Path(self.transcoders).exists():
+                raise MissingPath("transcoders", self.transcoders, forms)  # named as missing before the forms
+            raise ConfigError("transcoders", self.transcoders, hint + forms)
         if self.kind == "clt" and self.transcoders == "train" and self.d_transcoder > 65536:
             raise ConfigError("d_transcoder", self.d_transcoder, "at most 65536 for a CLT trained here")
 

@@ -197,7 +197,7 @@ def test_duplicate_corpus_documents_are_dropped_with_one_warning_line(tmp_path, 
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 2, r.stderr
     assert lines[0].startswith("interp: warning: topics_file=") and "only the first of each is used" in lines[0]
-    assert lines[1].startswith("interp: sae_labels_file="), lines[1]
+    assert lines[1].startswith("interp: sae_labels_file: /no/such.jsonl does not exist"), lines[1]
 
 
 def test_repeated_topics_tasks_and_labels_warn_and_say_which_is_used(files):
@@ -255,7 +255,7 @@ def test_read_jsonl_names_the_field_and_the_problem(files, content, needle):
     with pytest.raises(ConfigError) as e:
         read_jsonl(path, field="prompt_source", required=("prompt",))
     assert e.value.field == "prompt_source" and needle in str(e.value), str(e.value)
-    with pytest.raises(ConfigError, match="no such file"):
+    with pytest.raises(ConfigError, match="prompt_source: .* does not exist"):
         read_jsonl(path + ".missing", field="prompt_source")
 
 

@@ -177,9 +177,9 @@ def test_file_errors_name_the_problem(tmp_path, name, content, match):
 
 
 def test_missing_file_and_directory(tmp_path):
-    with pytest.raises(ConfigError, match="no such file"):
+    with pytest.raises(ConfigError, match="data: .*nope.txt does not exist"):
         load_texts(str(tmp_path / "nope.txt"))
-    with pytest.raises(ConfigError, match="no such file"):
+    with pytest.raises(ConfigError, match="data: .*nope.jsonl does not exist"):
         load_texts(str(tmp_path / "nope.jsonl:body"))
     with pytest.raises(ConfigError, match="directory"):
         load_texts(str(tmp_path))

@@ -111,7 +111,7 @@ def test_the_hook_comes_from_the_sae_config(tiny_model, tmp_path):
                                                 "sae.hook": "blocks.0.hook_resid_post"})
     got, site, info = obtain_sae(tiny_model, cfg, [], "")
     assert site == Site("resid_pre", 1) and site.tl_name == got.cfg.metadata.hook_name
-    with pytest.raises(ConfigError, match="no such path"):  # refused by the config, before any model loads
+    with pytest.raises(ConfigError, match="sae.source: .* does not exist"):  # refused before any model loads
         build_config(SaeFalsificationConfig, {"sae.source": str(tmp_path / "nowhere")})
 
 

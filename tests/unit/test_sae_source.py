@@ -73,7 +73,7 @@ def test_load_sae_refuses_in_one_line(trained, tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="'gemma-scope-2b-pt-res-canonical'.*INTERP_ONLINE=1") as e:
         interp.load_sae("saelens:gemma-scope-2b-pt-res-canonical/layer_12/width_16k/canonical")
     assert "\n" not in str(e.value)
-    with pytest.raises(ConfigError, match="no such path"):
+    with pytest.raises(ConfigError, match="sae: .* does not exist"):
         interp.load_sae(str(tmp_path / "nowhere"))
     two = make_run(tmp_path, {"tsae": sae, "other": sae})
     with pytest.raises(ConfigError, match="other, tsae"):
