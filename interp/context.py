@@ -5,11 +5,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
+from ._files import _now
 from .config import ProbeConfig
 from .errors import NumericError
 from .store import RunWriter
@@ -18,6 +19,16 @@ _MODELS: dict[tuple, Any] = {}
 MODEL_LOAD = "model load"
 """The stage (`RunContext.stage`) of loading the model."""
 log = logging.getLogger("interp")
+PROGRESS_EVERY = 2.0
+"""Seconds between two progress records within one stage (a stage change is written at once)."""
+_LISTENERS: list[Callable[[Any, dict[str, Any]], None]] = []
+
+
+def add_progress_listener(fn: Callable[[Any, dict[str, Any]], None]) -> Callable[[], None]:
+    """Call fn(run_dir, record) with each progress record a run of this process writes (`RunContext.report`);
+    returns the function that removes it. `interp demo` prints its progress lines from one."""
+    _LISTENERS.append(fn)
+    return lambda: _LISTENERS.remove(fn) if fn in _LISTENERS else None
 
 
 def cached_model(cfg: ProbeConfig):
@@ -44,16 +55,46 @@ class RunContext:
         self.rng = np.random.default_rng(cfg.seed)
         self.torch_rng = torch.Generator().manual_seed(cfg.seed)
         self.log = log.getChild(writer.manifest["probe"])
-        self.stage: str | None = None
-        """The stage running now, as `timed`, `tqdm(desc=...)` and the model's loading name it; a failure leaves it
-        at the stage it happened in (the run's out-of-memory message names it). None outside every named stage."""
         self._t0 = time.perf_counter()
+        self._stage: str | None = None
+        self._step: tuple[int, int | None] | None = None  # (items done, total) of the stage's ctx.tqdm loop
+        self._written = -float("inf")  # perf_counter of the last progress record
         if model is not None:
             self._record_model(model)
 
     @property
     def path(self):
         return self.writer.path
+
+    @property
+    def stage(self) -> str | None:
+        """The stage running now, as `timed`, `tqdm(desc=...)` and the model's loading name it; a failure leaves it
+        at the stage it happened in (the run's out-of-memory message names it). None outside every named stage.
+        Setting it writes a progress record (`report`)."""
+        return self._stage
+
+    @stage.setter
+    def stage(self, stage: str | None) -> None:
+        changed = stage != self._stage
+        self._stage, self._step = stage, None
+        if changed:
+            self.report(force=True)
+
+    def report(self, force: bool = False) -> None:
+        """Write the run's progress record, the manifest's ``progress``: ``{"stage", "step", "total", "elapsed",
+        "updated"}`` (step and total from the stage's `tqdm` loop, else None), at most every `PROGRESS_EVERY`
+        seconds unless `force` (a stage change); listeners (`add_progress_listener`) get each record written."""
+        now = time.perf_counter()
+        if not force and now - self._written < PROGRESS_EVERY:
+            return
+        self._written = now
+        step, total = self._step or (None, None)
+        record = {"stage": self._stage, "step": step, "total": total, "elapsed": round(now - self._t0, 1),
+                  "updated": _now()}
+        self.writer.manifest["progress"] = record
+        self.writer.flush()
+        for fn in list(_LISTENERS):
+            fn(self.writer.path, record)
 
     @property
     def model(self):
@@ -88,11 +129,15 @@ class RunContext:
             if hasattr(it, "__len__"):
                 kw.setdefault("total", len(it))
             outer, self.stage = self.stage, kw["desc"]
-            it = self._staged(it, outer)
+            it = self._staged(it, outer, kw["desc"], kw.get("total"))
         return tqdm(it, disable=not self.progress, leave=False, **kw)
 
-    def _staged(self, it: Iterable, outer: str | None) -> Iterator[Any]:
-        yield from it
+    def _staged(self, it: Iterable, outer: str | None, stage: str, total: int | None) -> Iterator[Any]:
+        for i, item in enumerate(it):
+            if self._stage == stage:  # not while a stage inside the loop's body runs
+                self._step = (i, total)
+                self.report()
+            yield item
         self.stage = outer  # only when the loop ran to its end: a failure leaves its own stage
 
     # -- artifacts ------------------------------------------------------------------

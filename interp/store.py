@@ -373,6 +373,26 @@ def resolve_run(root: Path | str, ref: str) -> Path:
     return path
 
 
+DEMO_MARKER = ".demo.json"
+"""The file under the artifacts root that says an `interp demo` is running there (removed when it ends)."""
+
+
+def running_demo(root: Path | str) -> dict[str, Any] | None:
+    """What a running `interp demo` wrote under `root` (`DEMO_MARKER`: its pid, host, probes, size and start), so
+    the dashboard keeps watching between two of its runs; None when there is none, it does not parse, or its
+    process is gone (on this host)."""
+    try:
+        marker = json.loads((Path(root) / DEMO_MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(marker, dict):
+        return None
+    pid = marker.get("pid")
+    if marker.get("host") == socket.gethostname() and (not isinstance(pid, int) or not _pid_alive(pid)):
+        return None
+    return marker
+
+
 @dataclass
 class Run:
     """A loaded run: its manifest and lazily loaded artifacts (numpy, pandas, JSON)."""

@@ -1,0 +1,82 @@
+"""`interp demo`: the runs' progress record, the progress lines (k/n, stage, elapsed, an estimate from the last run)
+and the closing table; the dashboard served from the start is tested in tests/app/test_demo_browser.py."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from interp import context
+from interp.config import ProbeConfig
+from interp.store import MANIFEST, RunWriter, running_demo
+
+
+def test_stages_and_loops_write_a_progress_record(tmp_path, monkeypatch):
+    """A stage change writes the manifest's progress record at once; a loop's steps at most every PROGRESS_EVERY
+    seconds (0 here: every step); listeners get what is written, and stop getting it once removed."""
+    monkeypatch.setattr(context, "PROGRESS_EVERY", 0.0)
+    writer = RunWriter.create(tmp_path, "demo", {}, "ab" * 32, 0)
+    ctx = context.RunContext(ProbeConfig(), writer, progress=False)  # the model loads only when asked for
+    heard = []
+    remove = context.add_progress_listener(lambda path, record: heard.append(dict(record)))
+    seen = []
+    try:
+        with ctx.timed("collect"):
+            seen.append(json.loads((writer.path / MANIFEST).read_text())["progress"])
+            for _ in ctx.tqdm(range(3), desc="train"):
+                seen.append(json.loads((writer.path / MANIFEST).read_text())["progress"])
+        seen.append(json.loads((writer.path / MANIFEST).read_text())["progress"])
+    finally:
+        remove()
+    assert [(r["stage"], r["step"], r["total"]) for r in seen] == [
+        ("collect", None, None), ("train", 0, 3), ("train", 1, 3), ("train", 2, 3), (None, None, None)], seen
+    assert all(set(r) == {"stage", "step", "total", "elapsed", "updated"} for r in seen)
+    assert [h["stage"] for h in heard][:2] == ["collect", "train"] and heard[-1]["stage"] is None
+    n = len(heard)
+    ctx.stage = "after"
+    assert len(heard) == n, "a removed listener was called"
+
+
+def test_a_loop_within_the_throttle_writes_its_stage_only(tmp_path):
+    """Steps closer together than PROGRESS_EVERY (2 s) are not written: the stage change is, once."""
+    writer = RunWriter.create(tmp_path, "demo", {}, "cd" * 32, 0)
+    ctx = context.RunContext(ProbeConfig(), writer, progress=False)
+    heard = []
+    remove = context.add_progress_listener(lambda path, record: heard.append(record["step"]))
+    try:
+        for _ in ctx.tqdm(range(50), desc="fast"):
+            pass
+    finally:
+        remove()
+    assert heard[0] is None and len(heard) <= 3, heard
+
+
+@pytest.mark.slow
+def test_demo_prints_k_of_n_stages_estimate_and_a_table(model, tmp_path, capsys, monkeypatch):
+    """`interp demo --no-app --size micro`: "[1/2] probe: starting", a line per stage, a closing table with each
+    probe, its status, seconds and headline; the second demo estimates each run from the first's."""
+    from interp import demo
+    from interp.cli import main
+
+    monkeypatch.setattr(demo, "timings_file", lambda: tmp_path / "demo-timings.json")
+
+    out = tmp_path / "artifacts"
+    assert main(["demo", "--no-app", "--size", "micro", "--out", str(out), "logit_lens", "patching"]) == 0
+    first = capsys.readouterr().out
+    assert "[1/2] logit_lens: starting" in first and "[2/2] patching: starting" in first, first
+    assert re.search(r"\[2/2\] patching: \S.* · \d+ s", first), first  # a stage line with the elapsed time
+    assert "about" not in first, "an estimate without an earlier run"
+    table = first[first.index("probe "):]
+    assert re.search(r"probe +status +seconds +headline", table), table
+    assert re.search(r"logit_lens +done +\d+\.\d +final_top1=Paris", table), table
+    assert re.search(r"patching +done +\d+\.\d", table), table
+    assert not running_demo(out), "the demo's marker is left behind"
+    known = json.loads((tmp_path / "demo-timings.json").read_text())
+    assert set(known) == {"logit_lens", "patching"} and list(known["patching"]) == ["smollm2-135m/micro/auto"], known
+
+    assert main(["demo", "--no-app", "--size", "micro", "--out", str(out), "logit_lens"]) == 0
+    again = capsys.readouterr().out
+    assert re.search(r"\[1/1\] logit_lens: starting \(about \d+ s, from the last run on this machine\)", again), \
+        again
