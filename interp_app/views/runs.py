@@ -3,10 +3,15 @@
 ``?run=<probe>/<run_id>`` opens that run on its probe's page (or selects it here when the probe
 has no page); a value outside the artifacts root is refused with an error. ``?sweep=<name>`` opens
 that sweep on the Sweeps page.
+
+While a run is running (or `interp demo` is between two runs), a "Running now" table shows each running run's
+stage, the progress of the stage's loop and its elapsed time (the manifest's ``progress`` record), and refreshes
+every `POLL` seconds; when a run starts or ends the whole page is drawn again, so its row and links appear.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,10 +20,16 @@ import pandas as pd
 import streamlit as st
 
 from interp.errors import DamagedRun, InterpError
-from interp.store import MANIFEST, RunInfo, read_manifest
+from interp.store import MANIFEST, RunInfo, read_manifest, running_demo
 from interp_app import common
 
 SELECT_KEY = "runs.selected"
+POLL = 2.0
+"""Seconds between two refreshes of the "Running now" table."""
+ROW_PX, MAX_ROWS = 35, 40
+"""The runs table's row height, and the most rows it shows before it scrolls."""
+WIDTH_PX = {"small": 75, "medium": 200, "large": 400}
+"""Pixels of Streamlit's named column widths."""
 
 
 def render(root: Path, pages: Mapping[str, Any], sweeps: Any = None) -> None:
@@ -40,21 +51,19 @@ def render(root: Path, pages: Mapping[str, Any], sweeps: Any = None) -> None:
 
     infos = common.runs(root)
     st.caption(f"Artifacts root `{root}` · {len(infos)} run{'s' * (len(infos) != 1)}")
+    live(root, infos)
     if not infos:
         st.info(common.HINT.format(root=root))
         return
 
     latest_links(infos, pages)
     shown = filtered(infos)
+    frame = runs_frame(shown)
     st.dataframe(
-        runs_frame(shown),
+        frame,
         hide_index=True,
-        column_config={
-            "seconds": st.column_config.NumberColumn(format="%.1f"),
-            "metrics": st.column_config.ListColumn(width="large", help="Scalar metrics, one pill each "
-                                                   "(hover or widen the column for all; a run's full list below)"),
-            "error": st.column_config.TextColumn(width="medium"),
-        },
+        height=table_height(len(frame)),
+        column_config=COLUMNS,
     )
     if not shown:
         st.caption("No run matches the filters.")
@@ -93,24 +102,133 @@ def filtered(infos: list[RunInfo]) -> list[RunInfo]:
     ]
 
 
+#: The runs table's columns: the metrics (a wide list column) come early, so they start on screen; the error
+#: column, when any run has one, just before them.
+COLUMNS = {
+    "probe": st.column_config.TextColumn(width="medium"),
+    "status": st.column_config.TextColumn(width="small"),
+    "error": st.column_config.TextColumn(width="medium"),
+    "metrics": st.column_config.ListColumn(width="large", help="Scalar metrics, one pill each "
+                                           "(hover or widen the column for all; a run's full list below)"),
+    "seconds": st.column_config.NumberColumn(format="%.1f", width="small"),
+    "model": st.column_config.TextColumn(width="small"),
+    "started": st.column_config.TextColumn(width="medium"),
+    "run id": st.column_config.TextColumn(width="medium"),
+}
+
+
+def table_height(n_rows: int) -> int | str:
+    """The runs table sized to its rows (Streamlit's default shows ten and scrolls the rest out of sight), up to
+    `MAX_ROWS` rows."""
+    return "content" if n_rows <= MAX_ROWS else ROW_PX * (MAX_ROWS + 1) + 3
+
+
+def metric_text(v: Any) -> str:
+    """A metric for a pill: `common.fmt_value`, but a string plainly (no Python quotes), a space at either end
+    shown as "␣" (a token's leading space is part of it), cut at 24 characters."""
+    if not isinstance(v, str):
+        return common.fmt_value(v)
+    core = v.strip(" ")
+    lead, trail = len(v) - len(v.lstrip(" ")), len(v) - len(v.rstrip(" "))
+    text = "␣" * lead + core + "␣" * trail if core else "␣" * len(v) or "(empty)"
+    return text if len(text) <= 24 else text[:23] + "…"
+
+
 def runs_frame(infos: list[RunInfo]) -> pd.DataFrame:
-    """The table of runs: probe, run id, model, status, started, seconds, error, headline metrics (a
-    list of "name=value", one pill each, so long lists stay readable)."""
+    """The table of runs: probe, status, error (only when a run has one), headline metrics (a list of
+    "name=value", one pill each, so long lists stay readable), seconds, model, started, run id."""
     rows = [
         {
             "probe": i.probe,
-            "run id": i.run_id,
-            "model": i.model,
             "status": common.status_label(i.status),
-            "started": (i.started or "").replace("T", " ")[:19] or None,
-            "seconds": i.seconds,
             "error": i.error or "",  # before the metrics, whose pills would push it off the screen
-            "metrics": common.metric_items(i.metrics),
+            "metrics": [f"{k}={metric_text(v)}" for k, v in i.metrics.items()
+                        if not isinstance(v, (list, tuple, Mapping))],
+            "seconds": i.seconds,
+            "model": i.model,
+            "started": (i.started or "").replace("T", " ")[:19] or None,
+            "run id": i.run_id,
         }
         for i in infos
     ]
-    cols = ["probe", "run id", "model", "status", "started", "seconds", "error", "metrics"]
+    cols = [c for c in COLUMNS if c != "error" or any(i.error for i in infos)]
     return pd.DataFrame(rows, columns=cols)
+
+
+# ============================================================================= runs in flight
+
+
+def _state(infos: list[RunInfo]) -> tuple:
+    return tuple(sorted((common.ref(i), i.status) for i in infos))
+
+
+def live(root: Path, infos: list[RunInfo]) -> None:
+    """The "Running now" table when a run is running or a demo is under way (nothing otherwise)."""
+    if any(i.status == "running" for i in infos) or running_demo(root) is not None:
+        _live(root, _state(infos))
+
+
+@st.fragment(run_every=POLL)
+def _live(root: Path, drawn: tuple) -> None:
+    infos = common.runs(root)
+    if _state(infos) != drawn:  # a run started or ended: the whole page again (its row, its links)
+        st.rerun()
+    running = [i for i in infos if i.status == "running"]
+    marker = running_demo(root)
+    st.subheader("Running now")
+    if marker is not None:
+        probes = list(marker.get("probes") or [])
+        done = {i.probe for i in infos if i.status == "done" and (i.started or "") >= str(marker.get("started"))}
+        st.caption(f"`interp demo`: {len(done & set(probes))} of {len(probes)} {marker.get('size', '')} runs done; "
+                   "each probe's page fills in as its run ends.")
+    if not running:
+        st.caption("Between two runs.")
+        return
+    for row in live_frame(running, infos).to_dict("records"):
+        st.progress(row["progress"] or 0.0, text=live_text(row))
+    st.caption(f"Refreshes every {POLL:g} s. The bar: the stage's loop (items done of its total); where the stage "
+               "has no loop, the elapsed time against the last done run of the same config.")
+
+
+def live_text(row: Mapping[str, Any]) -> str:
+    """``**atoms** · training 12/200 · 45 s of about 60 s (last run) · `run id` `` for a row of `live_frame`."""
+    stage = row["stage"] + (f" {row['step']}" if row["step"] else "")
+    took = row["elapsed"] + (f" of about {row['last time']} (last run)" if row["last time"] else "")
+    return f"**{row['probe']}** · {stage} · {took} · `{row['run id']}`"
+
+
+def live_frame(running: list[RunInfo], infos: list[RunInfo]) -> pd.DataFrame:
+    """One row a running run: probe, stage, step ("12/200"), progress (0-1), elapsed, its estimate, run id."""
+    now = dt.datetime.now(dt.timezone.utc)
+    rows = []
+    for i in running:
+        try:
+            record = read_manifest(i.path).get("progress") or {}
+        except DamagedRun:
+            record = {}
+        try:
+            elapsed = (now - dt.datetime.fromisoformat(i.started)).total_seconds() if i.started else None
+        except ValueError:
+            elapsed = None
+        before = next((o.seconds for o in infos if o.status == "done" and o.config_hash == i.config_hash
+                       and o.seconds), None)
+        step, total = record.get("step"), record.get("total")
+        if step is not None and total:
+            progress = step / total
+        elif elapsed is not None and before:
+            progress = min(elapsed / before, 0.99)
+        else:
+            progress = None
+        rows.append({
+            "probe": i.probe,
+            "stage": record.get("stage") or ("running" if record else "starting"),
+            "step": f"{step}/{total}" if step is not None and total else (str(step) if step is not None else ""),
+            "progress": progress,
+            "elapsed": f"{elapsed:.0f} s" if elapsed is not None else "",
+            "last time": f"{before:.0f} s" if before else "",
+            "run id": i.run_id,
+        })
+    return pd.DataFrame(rows, columns=["probe", "stage", "step", "progress", "elapsed", "last time", "run id"])
 
 
 def details(shown: list[RunInfo], root: Path, pages: Mapping[str, Any], preselect: str | None) -> None:
