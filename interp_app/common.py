@@ -20,6 +20,7 @@ same way and nothing outside the artifacts root is ever read:
 - ``fmt_value(v)`` / ``fmt_digits(v, digits)`` / ``short_metrics(metrics)`` / ``metric_items(metrics)``: metrics as
   short strings.
 - ``attention_view(patterns, tokens, names)``: a CircuitsVis attention view (the viz extra) in an iframe.
+- ``BLANK``: the placeholder every page's tables show for a missing value (``st.dataframe(placeholder=BLANK)``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{8}-[0-9a-f]{4}$")
 STATUSES = ("done", "failed", "running", "interrupted", "damaged")
 _COLOUR = {"done": "green", "failed": "red", "running": "blue", "interrupted": "orange", "damaged": "red"}
 _MARK = {"done": "✓", "failed": "✗", "running": "▶", "interrupted": "⏸", "damaged": "⚠"}
+#: What a table shows in a missing cell (None, NaN) instead of Streamlit's "None": pass
+#: ``st.dataframe(..., placeholder=BLANK)``.
+BLANK = "—"
 HINT = (
     "No runs under `{root}` yet. Make one with `interp run logit_lens` (seconds), or every probe's "
     "quick run with `make demo`; point the dashboard elsewhere with `INTERP_OUT=DIR` or `interp app --out DIR`."
@@ -307,15 +311,15 @@ def attention_view(patterns: Any, tokens: list[str], names: list[str], height: i
                    max_value: float | None = None) -> None:
     """A CircuitsVis attention-heads view (`interp.viz.attention_view`: (heads, n, n) weights over n tokens,
     coloured from 0 to `max_value`) in an iframe, self-contained (no network), the whole view within `height`
-    (`attention_html`); a caption instead when circuitsvis is not installed."""
-    import streamlit.components.v1 as components
-
+    (`attention_html`); a caption instead when circuitsvis is not installed. The view runs its own script, so
+    it goes in an iframe (st.iframe, scrolling) rather than st.html, which drops scripts; the components API's html,
+    which drew it before, is deprecated and due for removal."""
     try:
         html = attention_html(np.asarray(patterns, dtype=np.float32), list(tokens), list(names), height, max_value)
     except InterpError as e:
         st.caption(str(e))
         return
-    components.html(html, height=height, scrolling=True)
+    st.iframe(html, height=height)
 
 
 def fmt_digits(v: Any, digits: int = 3, kind: str = "g") -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+import shlex
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,8 +32,9 @@ from interp_app.figures import sweeps as F
 SELECT_KEY = "sweeps.selected"
 RECORD = "sweep.json"
 HINT = (
-    "No sweeps under `{root}` yet. Run one with `interp sweep sweeps/logit_lens_demo.toml` (about a minute "
-    "on a CPU); it writes `<out>/sweeps/<name>/sweep.json`, which this page reads."
+    "No sweeps under `{root}` yet. Run one with `interp sweep sweeps/logit_lens_demo.toml --out {out}` (about a "
+    "minute on a CPU); it writes `<out>/sweeps/<name>/sweep.json`, which this page reads (so `--out` names this "
+    "page's artifacts root)."
 )
 _MARK = {"done": "✓", "skipped": "✓", "failed": "✗", "invalid": "⚠", "pending": "…"}
 NONE = "(none)"
@@ -117,7 +119,7 @@ def render(root: Path, pages: Mapping[str, Any]) -> None:
     )
     files = sweep_files(root)
     if not files:
-        st.info(HINT.format(root=root))
+        st.info(HINT.format(root=root, out=shlex.quote(str(root))))
         return
     path = select_sweep(files)
     try:
