@@ -16,7 +16,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from interp_app.figures import DIVERGING, token_label
+from interp_app.figures import DIVERGING, LABEL_GAP, plot_height, spread, token_label
 
 UNIT_ORDER = ["neurons", "sae", "tsae"]
 UNIT_NAMES = {"neurons": "neurons (identity)", "sae": "SAE features (Euclid)", "tsae": "TSAE atoms (AIP)"}
@@ -42,12 +42,20 @@ def spectrum_figure(spectrum: pd.DataFrame, hook: str, metric: str = "uncentered
     sub = spectrum[(spectrum["hook"] == hook) & (spectrum["metric"] == metric)].sort_values("rank")
     vals = np.clip(sub["eigval"].to_numpy(dtype=float), 1e-12, None)
     fig = go.Figure(go.Scatter(x=sub["rank"], y=vals, mode="lines+markers", marker={"size": 3}, name="eigenvalue"))
-    for r, v, dim in zip(sub["rank"], vals, sub["top_dim"]):
-        if dim >= 0:
-            fig.add_annotation(x=r, y=float(np.log10(v)), text=f"dim {int(dim)}", showarrow=True, arrowhead=2, ax=40)
     name = "second moment M2" if metric == "uncentered" else "covariance"
-    fig.update_layout(yaxis_type="log", xaxis_title="eigenvalue rank", yaxis_title="eigenvalue",
-                      title=f"Spectrum of the {name} at {hook}")
+    logs = np.log10(vals) if len(vals) else np.zeros(1)
+    pad = 0.05 * (float(logs.max() - logs.min()) or 1.0)
+    y_range = [float(logs.min()) - pad, float(logs.max()) + pad]
+    fig.update_layout(yaxis_type="log", yaxis_range=y_range, xaxis_title="eigenvalue rank", yaxis_title="eigenvalue",
+                      title=f"Spectrum of the {name} at {hook}", height=450, margin={"t": 60, "b": 60})
+    # the massive directions of the leading ranks sit a pixel or two apart: their labels go in a column right of
+    # the points, pushed apart (`spread`), each with an arrow to its point
+    marked = [(r, float(np.log10(v)), int(dim)) for r, v, dim in zip(sub["rank"], vals, sub["top_dim"]) if dim >= 0]
+    h = plot_height(fig)
+    px = [(y - y_range[0]) / (y_range[1] - y_range[0]) * h for _, y, _ in marked]
+    for (r, y, dim), p, q in zip(marked, px, spread(px, LABEL_GAP, 0, h)):
+        fig.add_annotation(x=r, y=y, text=f"dim {dim}", showarrow=True, arrowhead=2, arrowwidth=1, ax=60,
+                           ay=p - q, xanchor="left", font={"size": 11})
     return fig
 
 

@@ -17,9 +17,11 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from interp_app.figures import head_label, numeric_axis, token_labels
+from interp_app.figures import head_label, modebar_room, numeric_axis, token_labels
 
 SET_COLOURS = {"S_score": "rgba(31,119,180,0.10)", "S_ent": "rgba(255,127,14,0.12)", "S": "rgba(44,160,44,0.22)"}
+#: The gap between the ROI maps (a fraction of the figure's width): room for the first map's colour bar.
+ROI_GAP = 0.07
 CONDITIONS = {"base": "base (γ = 1)", "slash": "SLASH on S", "random_s": "SLASH on random layers"}
 
 
@@ -34,18 +36,34 @@ def _runs(layers: Sequence[int]) -> list[tuple[int, int]]:
     return out
 
 
-def _shade_sets(fig: go.Figure, sets: dict[str, Sequence[int]], rows: Sequence[int] | None = None) -> None:
-    for name, layers in sets.items():
-        for k, (lo, hi) in enumerate(_runs(layers)):
-            kw: dict[str, Any] = {"x0": lo - 0.5, "x1": hi + 0.5, "fillcolor": SET_COLOURS[name], "line_width": 0,
-                                  "layer": "below"}
-            if k == 0:
-                kw.update(annotation_text=name, annotation_position="top left", annotation_font_size=10)
-            if rows is None:
-                fig.add_vrect(**kw)
-            else:
-                for r in rows:
-                    fig.add_vrect(row=r, col=1, **kw)
+#: Pixels between two stacked labels at the top of a panel (a 10-11 px font with its padding).
+LANE_PX = 16
+
+
+def _shade_sets(fig: go.Figure, sets: dict[str, Sequence[int]], rows: Sequence[int] | None = None,
+                first_lane: int = 0) -> None:
+    """Shade each set's layers (on every row in `rows`) and name each set once, on the top panel, in a lane of its
+    own (`_lane_label`): set labels that start on the same layer no longer print over one another."""
+    axes = [("x", "y")] if rows is None else [
+        (sp.xaxis.plotly_name.replace("axis", ""), sp.yaxis.plotly_name.replace("axis", ""))
+        for sp in (fig.get_subplot(r, 1) for r in rows)]
+    shapes = []  # built as dicts and added at once: add_vrect(row=...) per run and row took 4.5 s on a busy core
+    for lane, (name, layers) in enumerate(sets.items(), start=first_lane):
+        for lo, hi in _runs(layers):
+            shapes += [{"type": "rect", "xref": x, "yref": f"{y} domain", "x0": lo - 0.5, "x1": hi + 0.5, "y0": 0,
+                        "y1": 1, "fillcolor": SET_COLOURS[name], "line": {"width": 0}, "layer": "below"}
+                       for x, y in axes]
+        if len(layers):
+            _lane_label(fig, min(int(x) for x in layers) - 0.5, name, lane)
+    fig.update_layout(shapes=[*fig.layout.shapes, *shapes])
+
+
+def _lane_label(fig: go.Figure, x: float, text: str, lane: int, colour: str = "#333") -> None:
+    """A label at layer `x` (its left edge there) in lane `lane` from the top of the first panel: lane k sits
+    k * LANE_PX pixels below the top, so labels in different lanes never overlap wherever their layers fall."""
+    fig.add_annotation(x=x, xref="x", y=1, yref="y domain", yanchor="top", xanchor="left", yshift=-LANE_PX * lane,
+                       text=text, showarrow=False, font={"size": 10, "color": colour},
+                       bgcolor="rgba(255,255,255,0.75)", borderpad=1)
 
 
 def layer_strip(layers: pd.DataFrame, nulls: pd.DataFrame, l_star: int, sets: dict[str, Sequence[int]]) -> go.Figure:
@@ -80,15 +98,15 @@ def layer_strip(layers: pd.DataFrame, nulls: pd.DataFrame, l_star: int, sets: di
                              line={"dash": "dot"}), row=3, col=1, secondary_y=True)
     for r in (1, 2, 3):
         fig.add_vline(x=l_star, line_color="crimson", line_width=1, row=r, col=1)
-    fig.add_annotation(x=l_star, y=1.0, yref="paper", text=f"l* = {l_star}", showarrow=False, font_color="crimson")
-    _shade_sets(fig, sets, rows=(1, 2, 3))
+    _lane_label(fig, l_star, f"l* = {l_star}", 0, "crimson")
+    _shade_sets(fig, sets, rows=(1, 2, 3), first_lane=1)
     fig.update_xaxes(title_text="layer", row=3, col=1)
     fig.update_yaxes(title_text="score", row=1, col=1)
     fig.update_yaxes(title_text="AUC", row=2, col=1)
     fig.update_yaxes(title_text="sink mass", row=3, col=1)
     fig.update_yaxes(title_text="entropy (nats)", row=3, col=1, secondary_y=True)
     fig.update_layout(height=820, legend={"orientation": "h", "y": -0.08}, margin={"t": 40})
-    return fig
+    return modebar_room(fig)
 
 
 def _band(fig: go.Figure, x, lo, hi, name: str, row: int) -> None:
@@ -105,12 +123,12 @@ def excess_plot(layers: pd.DataFrame, threshold: float, l_star: int) -> go.Figur
     exc = (lay["auc"] - lay["auc_null"]).to_numpy()
     colours = ["crimson" if int(x) == l_star else "steelblue" for x in lay["layer"]]
     fig = go.Figure(go.Bar(x=lay["layer"], y=exc, marker_color=colours, name="AUC − null AUC"))
-    fig.add_hline(y=threshold, line_dash="dash", line_color="black",
-                  annotation_text=f"gate max(0.05, q95) = {threshold:.3f}")
+    fig.add_hline(y=threshold, line_dash="dash", line_color="black")  # named in the title, not over the bars
     fig.add_hline(y=0, line_color="grey", line_width=1)
-    fig.update_layout(title="Excess of the plain AUC over its segment-shuffled null (l* in red)",
+    fig.update_layout(title="Excess of the plain AUC over its segment-shuffled null (l* in red; dashed: the gate "
+                            f"max(0.05, q95) = {threshold:.3f})",
                       xaxis_title="layer", yaxis_title="AUC − null AUC", height=320, margin={"t": 50})
-    return fig
+    return modebar_room(fig)
 
 
 def _segment_shapes(spans: Sequence[Sequence[int]], col: int) -> list[dict]:
@@ -126,11 +144,14 @@ def roi_panels(raw: np.ndarray, binary: np.ndarray, template: np.ndarray, tokens
     labels, segment blocks outlined), the processed binary map and the template M."""
     r = raw.shape[0]
     labels = token_labels(tokens) if len(tokens) == r else [str(i) for i in range(r)]
-    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.04,
+    fig = make_subplots(rows=1, cols=3, horizontal_spacing=ROI_GAP,
                         subplot_titles=("attention (head mean)", "binarised + closed", "template M"))
     hover = [[f"q {labels[i]} ({i}) → k {labels[j]} ({j})" for j in range(r)] for i in range(r)]
+    # the first map's colour bar in the gap after it (the next maps hide their tick labels, which it would cover)
+    right = fig.layout.xaxis.domain[1]
     fig.add_trace(go.Heatmap(z=raw, colorscale="Viridis", text=hover, hovertemplate="%{text}: %{z:.3f}<extra></extra>",
-                             colorbar={"x": 0.3, "len": 0.8, "thickness": 10}), row=1, col=1)
+                             colorbar={"x": right + 0.005, "xanchor": "left", "len": 0.8, "thickness": 10,
+                                       "tickfont": {"size": 9}}), row=1, col=1)
     fig.add_trace(go.Heatmap(z=binary.astype(float), colorscale="Greys", showscale=False, zmin=0, zmax=1), row=1, col=2)
     fig.add_trace(go.Heatmap(z=template.astype(float), colorscale="Greys", showscale=False, zmin=0, zmax=1),
                   row=1, col=3)
@@ -141,10 +162,11 @@ def roi_panels(raw: np.ndarray, binary: np.ndarray, template: np.ndarray, tokens
     axis = numeric_axis(labels) if r <= 60 else {}
     for col in (1, 2, 3):
         fig.update_yaxes(autorange="reversed", row=1, col=col, scaleanchor=f"x{'' if col == 1 else col}",
-                         **(axis if col == 1 else {}))
+                         showticklabels=col == 1, **(axis if col == 1 else {}))  # rows: the same queries as map 1
         fig.update_xaxes(row=1, col=col, tickangle=-90, tickfont_size=7, **(axis if col == 1 else {}))
     fig.update_yaxes(tickfont_size=7, row=1, col=1)
-    return fig
+    return modebar_room(fig)
+
 
 
 def slash_toggle_panels(base: np.ndarray, slashed: np.ndarray, spans, layer: int) -> go.Figure:
@@ -161,7 +183,7 @@ def slash_toggle_panels(base: np.ndarray, slashed: np.ndarray, spans, layer: int
     fig.update_layout(shapes=shapes, height=380, margin={"t": 50})
     for col in (1, 2, 3):
         fig.update_yaxes(autorange="reversed", row=1, col=col)
-    return fig
+    return modebar_room(fig)
 
 
 def head_grid(heads: np.ndarray, layer: int, spans=(), cols: int = 5) -> go.Figure:
@@ -176,7 +198,7 @@ def head_grid(heads: np.ndarray, layer: int, spans=(), cols: int = 5) -> go.Figu
     fig.update_yaxes(autorange="reversed", showticklabels=False)
     fig.update_xaxes(showticklabels=False)
     fig.update_layout(height=230 * rows, margin={"t": 40})
-    return fig
+    return modebar_room(fig)
 
 
 def head_heatmap(heads: pd.DataFrame, value: str = "auc_excess") -> go.Figure:
@@ -188,7 +210,7 @@ def head_heatmap(heads: pd.DataFrame, value: str = "auc_excess") -> go.Figure:
     fig = go.Figure(go.Heatmap(z=z, x=list(grid.columns), y=list(grid.index), text=text,
                                hovertemplate="%{text}: %{z:.3f}<extra></extra>", **kw))
     fig.update_layout(xaxis_title="head", yaxis_title="layer", height=520, title=f"per-head {value}")
-    return fig
+    return modebar_room(fig)
 
 
 def entropy_panel(ent: dict) -> go.Figure:
@@ -208,7 +230,7 @@ def entropy_panel(ent: dict) -> go.Figure:
                   annotation_text="S_ent" + (" (no peak: top 40 %)" if ent.get("no_peak_fallback") else ""))
     fig.update_layout(title="Spectral entropy of the head-mean attention, per layer", xaxis_title="layer",
                       yaxis_title="entropy (nats)", height=360, margin={"t": 50})
-    return fig
+    return modebar_room(fig)
 
 
 def gamma_curve(sweep: pd.DataFrame, gamma_best: float) -> go.Figure:
@@ -222,7 +244,7 @@ def gamma_curve(sweep: pd.DataFrame, gamma_best: float) -> go.Figure:
     fig.add_vline(x=gamma_best, line_dash="dash", line_color="crimson", annotation_text=f"γ_best = {gamma_best:g}")
     fig.update_layout(title="γ sweep on the calibration split (SLASH on S)", xaxis_title="γ (sink kept)",
                       yaxis_title="accuracy", yaxis_range=[-0.02, 1.02], height=360, margin={"t": 50})
-    return fig
+    return modebar_room(fig)
 
 
 def accuracy_bars(evals: pd.DataFrame) -> go.Figure:
@@ -245,7 +267,7 @@ def accuracy_bars(evals: pd.DataFrame) -> go.Figure:
                                      marker={"color": "black", "size": 7}))
     fig.update_layout(title="Test accuracy, mean over tasks (95 % bootstrap intervals)", yaxis_title="accuracy",
                       yaxis_range=[0, 1.02], height=360, margin={"t": 50})
-    return fig
+    return modebar_room(fig)
 
 
 def task_bars(evals: pd.DataFrame) -> go.Figure:
@@ -258,7 +280,7 @@ def task_bars(evals: pd.DataFrame) -> go.Figure:
             fig.add_trace(go.Bar(x=rows["task"], y=rows["acc"], name=label))
     fig.update_layout(barmode="group", title="Test accuracy per task", yaxis_title="accuracy",
                       yaxis_range=[0, 1.02], height=340, margin={"t": 50})
-    return fig
+    return modebar_room(fig)
 
 
 CURVE_COLOURS = {"base": "#616161", "slash": "#c62828", "random_s": "#1565c0"}
@@ -290,7 +312,7 @@ def gamma_response(curve: pd.DataFrame) -> go.Figure:
     fig.update_yaxes(range=[-0.02, 1.02], row=1, col=1)
     fig.update_layout(title="SLASH response over the γ grid (test split, 95 % bootstrap intervals)", height=400,
                       margin={"t": 70})
-    return fig
+    return modebar_room(fig)
 
 
 def headline(run) -> go.Figure:

@@ -17,11 +17,13 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from interp_app.figures import token_label
+from interp_app.figures import line_labels, token_label
 
 CLASS_COLOURS = {"token_driven": "#c62828", "partially": "#ef6c00", "weakly": "#f9a825",
                  "context_dependent": "#2e7d32"}
 THRESHOLDS = {"weakly": 0.2, "partially": 0.5, "token_driven": 0.8}
+#: A horizontal legend under the plot's x-axis title: the right margin holds a second axis or line labels.
+LEGEND_BELOW = {"orientation": "h", "yanchor": "top", "y": -0.25, "xanchor": "left", "x": 0}
 
 
 def funnel(metrics: Mapping[str, Any], features: pd.DataFrame, d_sae: int | None) -> go.Figure:
@@ -82,15 +84,21 @@ def scatter_real_control(features: pd.DataFrame) -> go.Figure:
             fig.add_trace(go.Scatter(x=sub["control_best_d"], y=sub["best_d"], mode="markers+text", name=cls,
                                      text=[str(f) for f in sub["feature"]], textposition="top center",
                                      marker={"color": colour, "size": 10}))
-    for name, v in THRESHOLDS.items():
-        fig.add_hline(y=v, line_dash="dot", line_color="#888", annotation_text=name, annotation_position="right")
-        fig.add_vline(x=v, line_dash="dot", line_color="#ccc")
     vals = np.r_[ana["best_d"].astype(float), ana["control_best_d"].astype(float)] if len(ana) else np.zeros(1)
-    hi = float(np.nanmax(np.r_[np.where(np.isfinite(vals), vals, 0), 1.0]))
+    finite = np.where(np.isfinite(vals), vals, 0)
+    hi = float(np.nanmax(np.r_[finite, 1.0]))
+    lo = min(0.0, float(np.nanmin(finite)), hi * -0.1)
     fig.add_trace(go.Scatter(x=[min(0, hi * -0.1), hi], y=[min(0, hi * -0.1), hi], mode="lines", name="y = x",
                              line={"dash": "dash", "color": "#bbb"}))
+    pad = 0.08 * (hi - lo)
     fig.update_layout(xaxis_title="best d, control (random tokens)", yaxis_title="best d, real top tokens",
-                      title="Injection effect: real tokens vs frequency-matched control (same max over strategies)")
+                      title="Injection effect: real tokens vs frequency-matched control (same max over strategies)",
+                      height=460, margin={"t": 60, "b": 120, "r": 110}, yaxis_range=[lo - pad, hi + pad],
+                      legend=LEGEND_BELOW)
+    for v in THRESHOLDS.values():
+        fig.add_hline(y=v, line_dash="dot", line_color="#888")
+        fig.add_vline(x=v, line_dash="dot", line_color="#ccc")
+    line_labels(fig, THRESHOLDS, (lo - pad, hi + pad))
     return fig
 
 
@@ -105,10 +113,18 @@ def injection_bars(injection: pd.DataFrame, feature: int) -> go.Figure:
             continue
         fig.add_trace(go.Bar(x=s["strategy"], y=s["d"], name=names[arm], marker_color=colour,
                              text=[f"d {d:.2f}<br>p {p:.1e}" for d, p in zip(s["d"], s["p"])], textposition="outside"))
-    for name, v in THRESHOLDS.items():
-        fig.add_hline(y=v, line_dash="dot", line_color="#888", annotation_text=name)
-    fig.update_layout(barmode="group", yaxis_title="Cohen's d (injected vs base)",
-                      title=f"Feature {feature}: injection per strategy", height=380)
+    d = sub["d"].to_numpy(dtype=float)
+    d = d[np.isfinite(d)]
+    top, bottom = max([*d, max(THRESHOLDS.values())]), min([*d, 0.0])
+    span = top - bottom or 1.0
+    y_range = (bottom - 0.05 * span if bottom < 0 else 0.0, top + 0.25 * span)  # room for the bars' text
+    fig.update_layout(barmode="group", yaxis_title="Cohen's d (injected vs base)", yaxis_range=list(y_range),
+                      title=f"Feature {feature}: injection per strategy", height=400,
+                      margin={"t": 60, "b": 110, "r": 110}, legend=LEGEND_BELOW)
+    # the class thresholds as dotted lines, named in the right margin: off the bars and their text
+    for v in THRESHOLDS.values():
+        fig.add_hline(y=v, line_dash="dot", line_color="#888")
+    line_labels(fig, THRESHOLDS, y_range)
     return fig
 
 
@@ -194,7 +210,8 @@ def steering_figure(steering: pd.DataFrame) -> go.Figure:
                                  line={"dash": "dot"}, yaxis="y2"))
     fig.update_layout(xaxis_title="gamma (x f_max along W_dec[i])", yaxis_title="accuracy",
                       yaxis2={"title": "reasoning families in output", "overlaying": "y", "side": "right"},
-                      title="Steering the top candidates", height=380)
+                      title="Steering the top candidates", height=420, margin={"t": 60, "b": 120},
+                      legend=LEGEND_BELOW)  # the right side holds the second axis
     return fig
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from interp_app.figures import token_label
+from interp_app.figures import modebar_room, token_label
 
 
 def search(features: pd.DataFrame, query: str, limit: int = 200) -> pd.DataFrame:
@@ -42,7 +42,7 @@ def density_histogram(features: pd.DataFrame) -> go.Figure:
     fig.update_layout(title=f"Feature density ({len(live)} live, {dead} dead)", height=280, bargap=0.05,
                       xaxis_title="log10 fraction of tokens on which the feature fires", yaxis_title="features",
                       margin=dict(t=40, b=40, l=50, r=10))
-    return fig
+    return modebar_room(fig)
 
 
 def activation_histogram(counts: np.ndarray, max_act: float, feature: int) -> go.Figure:
@@ -54,7 +54,7 @@ def activation_histogram(counts: np.ndarray, max_act: float, feature: int) -> go
                            hovertemplate="activation %{x:.3g}<br>%{y} tokens<extra></extra>"))
     fig.update_layout(title=f"Non-zero activations of feature {feature}", height=260, xaxis_title="activation",
                       yaxis_title="tokens", margin=dict(t=40, b=40, l=50, r=10))
-    return fig
+    return modebar_room(fig)
 
 
 def logit_bars(row: pd.Series) -> go.Figure:
@@ -69,7 +69,7 @@ def logit_bars(row: pd.Series) -> go.Figure:
     fig.update_layout(title="Logit effect (W_dec @ W_U)", height=max(260, 18 * len(values) + 60),
                       yaxis=dict(tickmode="array", tickvals=list(range(len(values))), ticktext=labels),
                       xaxis_title="logit per unit activation", margin=dict(t=40, b=40, l=110, r=10))
-    return fig
+    return modebar_room(fig)
 
 
 def _visible(tok: str) -> str:
