@@ -11,11 +11,17 @@ A per-layer transcoder (PLT) has only l' = l; a cross-layer transcoder (CLT) has
 (decoderesearch/circuit-tracer, `SingleLayerTranscoder` / `CrossLayerTranscoder`): W_enc (F, d_in) per layer,
 W_dec (F, n_out, d_out) with n_out = 1 (PLT) or n_layers - l (CLT), W_skip (d_out, d_in).
 
-Saved as SAELens transcoder directories where SAELens has the class (JumpReLU PLT: `JumpReLUTranscoder`,
-skip: `JumpReLUSkipTranscoder`, one directory `layer_<l>` each, `sae_lens.SAE.load_from_disk` loads them), and in
-circuit-tracer's layout otherwise, with its `config.yaml` (TopK PLT and skip: a transcoder set, `layer_<l>.safetensors`
-with `SingleLayerTranscoder`'s keys; CLT: `W_enc_<l>.safetensors` / `W_dec_<l>.safetensors` with its key names).
-`load_transcoders` reads both (`interp_transcoders.json` says which it is) and circuit-tracer's own directories.
+Every set is saved in circuit-tracer 0.5's layout with its `config.yaml` (a PLT or skip set: a transcoder set,
+`layer_<l>.safetensors` with `SingleLayerTranscoder`'s keys; CLT: `W_enc_<l>.safetensors` / `W_dec_<l>.safetensors`
+with its key names), which circuit-tracer 0.5 loads as it is (JumpReLU from the thresholds; a TopK set it can only
+read as ReLU, which the save says: `TOPK_NOTE`). Where SAELens has the class (JumpReLU PLT: `JumpReLUTranscoder`,
+skip: `JumpReLUSkipTranscoder`) the set is also written as SAELens transcoder directories, one `layer_<l>` each,
+that `sae_lens.SAE.load_from_disk` loads (the weights twice on disk). `load_transcoders` reads either
+(`interp_transcoders.json` says which it reads) and circuit-tracer's own directories.
+
+Activations: JumpReLU is circuit-tracer's exactly (pre * (pre > theta)). TopK here is Gao et al.'s (2024): the k
+largest pre-activations, then ReLU; circuit-tracer's `TopK` multiplies by a 0/1 mask of the k largest and keeps
+negative values, so on a token with fewer than k positive pre-activations it has more active features.
 """
 
 from __future__ import annotations
@@ -152,8 +158,44 @@ def _saelens_transcoder(arch: str, s: TranscoderSpec, state: dict[str, Tensor], 
     return sae
 
 
-def save_transcoders(tc: Transcoders, path: str | Path) -> Path:
-    """Write `tc` under `path` (see the module docstring for the formats); returns `path`."""
+TOPK_NOTE = ("circuit-tracer 0.5 cannot express TopK: its loader reads these layer files as ReLU transcoders (every "
+             "positive pre-activation active). Load them there with its TopK(k) class, which also differs: it keeps "
+             "the k largest pre-activations even when negative, where this set applies ReLU to them (Gao et al.)")
+"""What a TopK set's save says (one warning line, and `interp_note` in its config.yaml)."""
+
+
+def _ct_config(tc: Transcoders, listed_as: Path) -> dict[str, Any]:
+    """circuit-tracer 0.5's config.yaml of a set that lives in `listed_as`: the keys its loaders read. `transcoders`
+    lists the layer files by absolute path: `circuit_tracer.utils.hf_utils.load_transcoders(config)` reads that
+    list (without it, it looks for `repo_id` and raises KeyError) and opens each path as given, from any working
+    directory. `load_transcoder_from_hub(<absolute directory>)` (and `ReplacementModel.from_pretrained(model,
+    <absolute directory>)`) instead finds the directory as a cached set and reads the `layer_<l>.safetensors`
+    beside config.yaml, so a moved set still loads there. `activation` / `k` are what later circuit-tracer
+    releases read (0.5 ignores them and takes JumpReLU from the files' thresholds, ReLU otherwise)."""
+    s = tc.spec
+    cfg: dict[str, Any] = {
+        "model_kind": "cross_layer_transcoder" if s.kind == "clt" else "transcoder_set",
+        "model_name": tc.meta.get("model"), "feature_input_hook": "mlp.hook_in",
+        "feature_output_hook": "hook_mlp_out", "scan": f"interp-{tc.meta.get('model')}-{s.kind}-{s.d_transcoder}",
+        "activation": s.activation}
+    if s.kind != "clt":
+        cfg["transcoders"] = [str((listed_as / f"layer_{layer}.safetensors").resolve())
+                              for layer in range(s.n_layers)]
+    if s.activation == "topk":
+        cfg.update(k=s.k, interp_note=TOPK_NOTE)
+    return cfg
+
+
+def save_transcoders(tc: Transcoders, path: str | Path, listed_as: str | Path | None = None) -> Path:
+    """Write `tc` under `path` (see the module docstring for the formats); returns `path`. `listed_as`: the
+    directory config.yaml's layer list names, where the set will live when it is written elsewhere first and
+    renamed into place (the cache); `path` by default. Every set is also
+    circuit-tracer 0.5's own layout with its config.yaml (`_ct_config`), so a JumpReLU (or ReLU: threshold 0)
+    set loads there as it is; a TopK set cannot be read there exactly, which the save says in one warning line and
+    in config.yaml (`TOPK_NOTE`)."""
+    import warnings
+
+    import yaml
     from safetensors.torch import save_file
 
     path = Path(path)
@@ -174,7 +216,7 @@ def save_transcoders(tc: Transcoders, path: str | Path) -> Path:
                         "hook_name_out": hooks.get("out", "blocks.{l}.hook_mlp_out").format(l=layer),
                         "model_name": tc.meta.get("model")}
                 _saelens_transcoder(arch, s, state, meta).save_model(str(path / f"layer_{layer}"))
-            elif s.kind == "clt":  # circuit-tracer's CLT: W_enc_<l> (F, d_in), b_enc, b_dec, threshold; W_dec_<l>
+            if s.kind == "clt":  # circuit-tracer's CLT: W_enc_<l> (F, d_in), b_enc, b_dec, threshold; W_dec_<l>
                 enc = {f"W_enc_{layer}": W_enc.contiguous(), f"b_enc_{layer}": b_enc, f"b_dec_{layer}": b_dec}
                 if s.activation == "jumprelu":
                     enc[f"threshold_{layer}"] = tc.threshold[layer].detach().cpu()
@@ -188,14 +230,11 @@ def save_transcoders(tc: Transcoders, path: str | Path) -> Path:
                 if tc.W_skip is not None:
                     state["W_skip"] = tc.W_skip[layer].detach().cpu()
                 save_file(state, str(path / f"layer_{layer}.safetensors"))
-    if arch is None:
-        import yaml
-
-        (path / "config.yaml").write_text(yaml.safe_dump({
-            "model_kind": "cross_layer_transcoder" if s.kind == "clt" else "transcoder_set",
-            "model_name": tc.meta.get("model"), "feature_input_hook": "mlp.hook_in",
-            "feature_output_hook": "hook_mlp_out",
-            **({"activation": "topk", "k": s.k} if s.activation == "topk" else {})}))
+    head = f"# {TOPK_NOTE}\n" if s.activation == "topk" else ""
+    ct = _ct_config(tc, Path(listed_as or path))
+    (path / "config.yaml").write_text(head + yaml.safe_dump(ct, sort_keys=False, width=1 << 16))
+    if s.activation == "topk":
+        warnings.warn(f"save_transcoders {path}: {TOPK_NOTE}", stacklevel=2)
     doc = {"format_version": FORMAT_VERSION, "format": "saelens" if arch else "circuit_tracer",
            "spec": s.__dict__, "meta": tc.meta}
     (path / "interp_transcoders.json").write_text(json.dumps(doc, indent=1, default=str))
@@ -273,8 +312,9 @@ def _load_circuit_tracer(path: Path) -> Transcoders:
     if kind not in ("transcoder_set", "cross_layer_transcoder"):
         raise ValueError(f"{path}: circuit-tracer model_kind {kind!r}, expected transcoder_set or "
                          "cross_layer_transcoder")
+    # a set saved here lists its own files by absolute path (read beside config.yaml when the set has moved)
     listed = [str(p) for p in cfg.get("transcoders") or []]
-    if listed and not all((path / p).is_file() for p in listed):
+    if listed and not all((path / p).is_file() or (path / Path(p).name).is_file() for p in listed):
         raise ValueError(f"{path}: config.yaml lists its layers elsewhere ({listed[0]}, ...): only a directory that "
                          "holds its own layer files loads here (Gemma Scope's sets load as saelens:<release>)")
     stem = "layer_{}.safetensors" if kind == "transcoder_set" else "W_enc_{}.safetensors"
@@ -322,5 +362,5 @@ def from_saelens(saes: list) -> Transcoders:
     return tc.eval().requires_grad_(False)
 
 
-__all__ = ["ACTIVATIONS", "KINDS", "TranscoderSpec", "Transcoders", "from_saelens", "load_transcoders",
+__all__ = ["ACTIVATIONS", "KINDS", "TOPK_NOTE", "TranscoderSpec", "Transcoders", "from_saelens", "load_transcoders",
            "save_transcoders"]

@@ -25,6 +25,7 @@ import hashlib
 import json
 import math
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -325,7 +326,9 @@ def cached_transcoders(model: Any, cfg: TranscoderTrainConfig, data_fn: Callable
     X, Y = data_fn()
     tc = train_transcoders(X, Y, cfg, meta={**dict(meta or {}), "cache_key": key}, progress=progress,
                            device=device)
-    atomic_dir(path, lambda tmp: save_transcoders(tc, tmp))
+    with warnings.catch_warnings():  # the cache is read here, not by circuit-tracer: no TopK warning to give
+        warnings.filterwarnings("ignore", message=".*cannot express TopK")
+        atomic_dir(path, lambda tmp: save_transcoders(tc, tmp, listed_as=path))
     return tc, False
 
 

@@ -82,6 +82,13 @@ class CircuitsConfig(ProbeConfig):
     max_edges_per_row: PositiveInt = 8192
     """Edges kept per row, the strongest (the rest joins the target's unattributed input): a row has an entry for
     every active feature and every (layer, position), so this bounds the graph's memory on long prompts."""
+    bos_error: bool = False
+    """Position 0's MLP output (minus the transcoders' b_dec) as error nodes (True), or held in every target's bias
+    and belonging to no node (False: circuit-tracer 0.5's graph, which zeroes the error vectors at position 0).
+    The paper defines an error node at every (layer, position) and names no exception; circuit-tracer's code makes
+    one, and the default follows it so the graph equals the reference's node for node. Those errors are large (an
+    attention sink's MLP output: norm about 1,630 against 46 elsewhere on smollm2-135m) and, as nodes, take much of
+    the influence: the pruned graph and the scores move. Completeness is exact either way."""
     node_threshold: Annotated[float, Range(0.0, 1.0)] = 0.8
     """Pruning: keep the fewest nodes holding this share of the influence on the logits."""
     edge_threshold: Annotated[float, Range(0.0, 1.0)] = 0.98

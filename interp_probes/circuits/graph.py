@@ -16,7 +16,24 @@ source s on a target t is an exact gradient:
 Gradients are batched: one forward of B copies of the prompt with the graph kept, and each backward injects one
 target's read vector into its own batch row (circuit-tracer's `AttributionContext.compute_batch`). MLPs are
 stop-gradients: their outputs are detached (a skip transcoder's linear path x W_skip^T keeps its gradient, as in
-circuit-tracer). Position 0 (BOS) has no features (circuit-tracer's `zero_positions`): its MLP output is all error.
+circuit-tracer).
+
+Position 0 (BOS, or the first token) has no features: a transcoder never saw it in training (it trains on
+positions >= 1), and its MLP output there is an attention sink's, not a reconstruction target. Two conventions for
+what that output is in the graph (`bos_error`):
+- default (False), circuit-tracer 0.5's: it belongs to no node. circuit-tracer zeroes both the features and the
+  error vectors at `zero_positions` (`acts[zero_positions] = 0` in `encode_sparse`, `error_vectors[:,
+  zero_positions] = 0` in `setup_attribution`), so the error nodes at position 0 send nothing; its real MLP output
+  stays in the forward, a constant like a bias. Here it is held in each target's `bias` (the bias forward writes
+  it at position 0), so completeness stays exact. This is the graph circuit-tracer draws, node for node.
+- True: the MLP output at position 0 minus the estimate there (b_dec, and the skip path) is the error node of
+  (layer, 0), as the paper's definition of an error node (the real MLP output minus the transcoders' estimate, at
+  every (layer, position)) reads literally. Its norm is
+  large (about 1,630 against 46 elsewhere on smollm2-135m), so these nodes take much of the influence and move the
+  pruned graph and the replacement / completeness scores (issue 42: 0.225 / 0.746 with them, 0.343 / 0.806
+  without, on one prompt).
+The paper (Ameisen et al. 2025) states no special case for BOS; circuit-tracer's code does. The default follows
+circuit-tracer because the reference graph is what this one is checked against (tests/compat/test_circuit_tracer.py).
 
 Node order (circuit-tracer's): features, errors (layer-major), embeddings, logits. `bias[t]` is the target's
 input when every source is zero, from a separate forward with the frozen values substituted and the embeddings
@@ -128,10 +145,24 @@ class Prompt:
     acts: dict[int, Tensor]
     """layer -> (pos, F) feature activations (position 0 zeroed)."""
     errors: Float[Tensor, "layer pos d"]
+    """The real MLP outputs minus the transcoders' estimates at every position, position 0 included (the exactness
+    check adds them back)."""
     embed: Float[Tensor, "pos d"]
     logit_tokens: Tensor
     logit_probs: Tensor
     logit_vecs: Float[Tensor, "n_logit d"]
+    bos_error: bool = False
+    """Whether position 0's error is an error node (True) or held in the targets' bias (False, circuit-tracer's):
+    see the module docstring."""
+
+    @property
+    def node_errors(self) -> Float[Tensor, "layer pos d"]:
+        """What the error nodes write: `errors`, with position 0 zeroed unless `bos_error`."""
+        if self.bos_error:
+            return self.errors
+        out = self.errors.clone()
+        out[:, 0] = 0
+        return out
 
 
 def logit_targets(model, last_logits: Tensor, desired_prob: float = 0.95, max_logits: int = 10):
@@ -149,15 +180,17 @@ def logit_targets(model, last_logits: Tensor, desired_prob: float = 0.95, max_lo
 
 
 @torch.no_grad()
-def prepare(model, tc: Transcoders, ids: Tensor, desired_prob: float = 0.95, max_logits: int = 10) -> Prompt:
-    """The real forward of `ids` (1, pos): frozen values, MLP inputs and outputs, features, errors, logit nodes."""
+def prepare(model, tc: Transcoders, ids: Tensor, desired_prob: float = 0.95, max_logits: int = 10,
+            bos_error: bool = False) -> Prompt:
+    """The real forward of `ids` (1, pos): frozen values, MLP inputs and outputs, features, errors, logit nodes
+    (`bos_error`: position 0's error as error nodes, or held in the bias as circuit-tracer does; module docstring)."""
     L = tc.n_layers
     sites = [Site("embed"), Site("final")] + [Site(k, layer) for layer in range(L) for k in ("mlp_in", "mlp_out")]
     fz = record(model, ids.to(model.device), sites)
     acts, errors = {}, []
     for layer in range(L):
         a = tc.encode(layer, fz.sites[Site("mlp_in", layer)].float())
-        a[0] = 0  # position 0 (BOS): no features, its MLP output is all error (circuit-tracer's zero_positions)
+        a[0] = 0  # position 0 (BOS): no features (circuit-tracer's zero_positions)
         acts[layer] = a
     for layer in range(L):
         x = fz.sites[Site("mlp_in", layer)].float()
@@ -165,7 +198,7 @@ def prepare(model, tc: Transcoders, ids: Tensor, desired_prob: float = 0.95, max
     toks, probs, vecs = logit_targets(model, fz.logits[-1], desired_prob, max_logits)
     return Prompt(ids=ids, fz=fz, acts=acts, errors=torch.stack(errors),
                   embed=fz.sites[Site("embed")].float(), logit_tokens=toks, logit_probs=probs,
-                  logit_vecs=vecs.to(errors[0].device))
+                  logit_vecs=vecs.to(errors[0].device), bos_error=bos_error)
 
 
 WRITER_CHUNK = 4096
@@ -177,6 +210,7 @@ class _Backward:
 
     def __init__(self, model, tc: Transcoders, p: Prompt, batch: int):
         self.tc, self.p, self.L = tc, p, tc.n_layers
+        self.errors = p.node_errors.float()  # (layer, pos, d)
         n = p.ids.shape[1]
         self.y: dict[int, Tensor] = {}
         self.e = p.embed.to(model.dtype).expand(batch, -1, -1).clone().requires_grad_()
@@ -237,7 +271,7 @@ class _Backward:
                     dec = self.tc.dec(source, layer)[self.feats[c, 2]].float() * self.act[c, None]
                     out[:, c] += torch.einsum("bmd,md->bm", g[:, self.feats[c, 1]], dec)
             o = self.n_feat + layer * n
-            out[:, o : o + n] = torch.einsum("bnd,nd->bn", g, self.p.errors[layer].float())
+            out[:, o : o + n] = torch.einsum("bnd,nd->bn", g, self.errors[layer])
         if g_e is not None:
             o = self.n_feat + self.L * n
             out[:, o : o + n] = torch.einsum("bnd,nd->bn", g_e[:B].float(), self.p.embed.float())
@@ -254,11 +288,15 @@ def _pre_at(tc: Transcoders, xs: dict[int, Tensor], feats: Tensor) -> Tensor:
 @torch.no_grad()
 def _bias(model, tc: Transcoders, p: Prompt, feats: Tensor) -> tuple[Tensor, Tensor]:
     """(feature biases, logit biases): each target's input with every source zero (frozen values substituted,
-    embeddings zeroed, each MLP output = b_dec (+ the skip path))."""
+    embeddings zeroed, each MLP output = b_dec (+ the skip path), and at position 0 the error no node holds when
+    not `p.bos_error`: there the MLP output is its real value, as in circuit-tracer's forward)."""
     box: dict[str, Tensor] = {}
+    held = None if p.bos_error else p.errors[:, 0]  # (layer, d)
 
     def write(layer, x, out):
         y = tc.b_dec[layer].to(out.dtype).expand_as(out).clone()
+        if held is not None:
+            y[:, 0] += held[layer].to(out.dtype)
         skip = tc.skip(layer, x)
         return y if skip is None else y + skip.to(out.dtype)
 
@@ -272,9 +310,9 @@ def _bias(model, tc: Transcoders, p: Prompt, feats: Tensor) -> tuple[Tensor, Ten
 
 
 def attribute(model, tc: Transcoders, ids: Tensor, *, desired_prob: float = 0.95, max_logits: int = 10,
-              **kw) -> AttributionGraph:
+              bos_error: bool = False, **kw) -> AttributionGraph:
     """The attribution graph of `ids` (1, pos) under `tc` (`kw`: `attribute_prepared`'s); see the module docstring."""
-    return attribute_prepared(model, tc, prepare(model, tc, ids, desired_prob, max_logits), **kw)
+    return attribute_prepared(model, tc, prepare(model, tc, ids, desired_prob, max_logits, bos_error), **kw)
 
 
 def attribute_prepared(model, tc: Transcoders, p: Prompt, *, batch_size: int = 64, max_feature_nodes: int = 8192,

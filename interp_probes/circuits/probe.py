@@ -41,7 +41,7 @@ def run(cfg: CircuitsConfig, ctx: RunContext) -> None:
     ctx.log_metrics(**q)
     ids = prompt_ids(model, cfg.prompt)
     with ctx.timed("graph"):                                                # 4. the headline graph
-        p = prepare(model, tc, ids, cfg.desired_logit_prob, cfg.max_n_logits)
+        p = prepare(model, tc, ids, cfg.desired_logit_prob, cfg.max_n_logits, cfg.bos_error)
         graph = attribute_prepared(model, tc, p, max_feature_nodes=cfg.max_feature_nodes, **sizes(cfg))
         ex = exactness(model, tc, p)
         pruned = prune(graph, cfg.node_threshold, cfg.edge_threshold)
@@ -84,7 +84,7 @@ def test_prompts(model, tc, cfg: CircuitsConfig, gen: torch.Generator) -> pd.Dat
     rows = []
     for i, text in enumerate(prompts(cfg.n_prompts, cfg.seed)):
         ids = prompt_ids(model, text)
-        p = prepare(model, tc, ids, cfg.desired_logit_prob, cfg.max_n_logits)
+        p = prepare(model, tc, ids, cfg.desired_logit_prob, cfg.max_n_logits, cfg.bos_error)
         g = attribute_prepared(model, tc, p, max_feature_nodes=cfg.test_max_feature_nodes, **sizes(cfg))
         if g.n_feat == 0:
             continue

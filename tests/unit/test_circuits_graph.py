@@ -98,6 +98,28 @@ def test_completeness_fails_when_an_edge_is_wrong(graphs):
     assert g2.completeness_error() > 1e-3
 
 
+@pytest.mark.parametrize("family,kind", [("llama", "plt"), ("gpt2", "skip")])
+def test_bos_error_moves_position_0_between_nodes_and_bias(graphs, family, kind):
+    """circuit-tracer's convention (the default): position 0's MLP output belongs to no node, so its error nodes
+    send nothing and each target's bias holds what they would send; with bos_error they are nodes. An exact
+    identity: bias(default) = bias(bos_error) + sum over layers of A_bos_error[t, error(l, 0)], and both graphs are
+    complete. Everything else (features, other edges, inputs) is the same graph."""
+    m, tc, p, g = graphs(family, kind)
+    gb = attribute_prepared(m, tc, prepare(m, tc, p.ids, bos_error=True), batch_size=16)
+    A, Ab = g.adjacency, gb.adjacency
+    err0 = torch.tensor([g.error_index(layer, 0) for layer in range(g.n_layers)])
+    assert not A[:, err0].any()  # the default: the first position's errors send nothing ...
+    assert Ab[:, err0].abs().sum() > 1e-3 * Ab.abs().sum()  # ... with bos_error they do (the control)
+    targets = torch.cat([torch.arange(g.n_feat), torch.arange(g.logit_index(0), g.n_nodes)])
+    scale = float(g.inputs.abs().max())
+    torch.testing.assert_close(g.bias[targets], (gb.bias + Ab[:, err0].sum(1))[targets], rtol=0, atol=1e-5 * scale)
+    torch.testing.assert_close(g.inputs, gb.inputs)
+    rest = torch.ones(g.n_nodes, dtype=torch.bool)
+    rest[err0] = False
+    torch.testing.assert_close(A[:, rest], Ab[:, rest], rtol=0, atol=1e-6 * float(Ab.abs().max()))
+    assert g.completeness_error() < 1e-4 and gb.completeness_error() < 1e-4
+
+
 def test_capped_graph_stays_complete(graphs):
     m, tc, p, g = graphs("llama", "plt", max_feature_nodes=12)
     assert g.n_feat == 12 < g.n_active
@@ -245,7 +267,12 @@ def test_transcoders_round_trip(setup, tmp_path, kind, activation):
     m, ids = setup("llama")
     tc = _transcoders(m, ids, kind, activation)
     x = torch.randn(5, tc.spec.d_in)
-    path = save_transcoders(tc, tmp_path / kind)
+    if activation == "topk":  # circuit-tracer 0.5 would read it as ReLU: the save says so, in one line
+        with pytest.warns(UserWarning, match="circuit-tracer 0.5 cannot express TopK") as got:
+            path = save_transcoders(tc, tmp_path / kind)
+        assert len(got) == 1 and "\n" not in str(got[0].message)
+    else:
+        path = save_transcoders(tc, tmp_path / kind)
     back = load_transcoders(path)
     for layer in range(tc.n_layers):
         acts = {src: tc.encode(src, x) for src in range(layer + 1)}
@@ -253,6 +280,17 @@ def test_transcoders_round_trip(setup, tmp_path, kind, activation):
         torch.testing.assert_close(back.reconstruct(layer, acts2, x), tc.reconstruct(layer, acts, x))
     if activation == "jumprelu" and kind != "clt":  # SAELens's own transcoder class reads the directory
         import sae_lens
+        import yaml
+        from safetensors.torch import load_file
+
+        # ... and circuit-tracer's layout is there too: its keys a layer, its config with the layer list
+        want = {"W_enc", "W_dec", "b_enc", "b_dec", "activation_function.threshold"} | ({"W_skip"} if kind == "skip"
+                                                                                        else set())
+        assert set(load_file(str(path / "layer_1.safetensors"))) == want
+        cfg = yaml.safe_load((path / "config.yaml").read_text())
+        assert cfg["transcoders"] == [str((path / f"layer_{i}.safetensors").resolve()) for i in range(tc.n_layers)]
+        assert (cfg["model_kind"], cfg["activation"], cfg["feature_input_hook"]) == ("transcoder_set", "jumprelu",
+                                                                                      "mlp.hook_in")
 
         sae = sae_lens.SAE.load_from_disk(str(path / "layer_1"))
         assert type(sae).__name__ == ("JumpReLUSkipTranscoder" if kind == "skip" else "JumpReLUTranscoder")
@@ -268,6 +306,8 @@ def test_transcoders_round_trip(setup, tmp_path, kind, activation):
             assert "W_enc_1" in load_file(str(path / "W_enc_1.safetensors"))
         else:  # a transcoder set: SingleLayerTranscoder's state dict a layer, TopK's k in the config
             assert (cfg["model_kind"], cfg["activation"], cfg["k"]) == ("transcoder_set", "topk", tc.spec.k)
+            assert "cannot express TopK" in cfg["interp_note"]
+            assert (path / "config.yaml").read_text().startswith("# circuit-tracer 0.5 cannot express TopK")
             assert set(load_file(str(path / "layer_1.safetensors"))) == {"W_enc", "W_dec", "b_enc", "b_dec"}
 
 
@@ -298,6 +338,19 @@ def test_circuit_tracer_directories_load(setup, tmp_path):
     assert tc.meta["hooks"] == {"in": "blocks.{l}.mlp.hook_in", "out": "blocks.{l}.hook_mlp_out"}
 
 
+def test_a_moved_set_loads_from_beside_its_config(setup, tmp_path):
+    """A saved set lists its layer files by absolute path (circuit-tracer's load_transcoders reads that list); moved
+    elsewhere, it still loads here (and in circuit-tracer's cache route) from the files beside config.yaml."""
+    m, ids = setup("llama")
+    tc = _transcoders(m, ids, "plt", "jumprelu")
+    path = save_transcoders(tc, tmp_path / "a")
+    (path / "interp_transcoders.json").unlink()  # read as circuit-tracer's own directory
+    moved = path.rename(tmp_path / "b")
+    back = load_transcoders(moved)
+    x = torch.randn(5, tc.spec.d_in)
+    torch.testing.assert_close(back.encode(1, x), tc.encode(1, x))
+
+
 def test_a_circuit_tracer_config_listing_other_files_is_refused(tmp_path):
     import yaml
 
@@ -308,6 +361,7 @@ def test_a_circuit_tracer_config_listing_other_files_is_refused(tmp_path):
         load_transcoders(tmp_path)
 
 
+@pytest.mark.filterwarnings("ignore:.*cannot express TopK")
 def test_a_set_on_other_hooks_is_refused_by_name(setup, tmp_path):
     """circuits refuses a directory set that reads or writes other hooks than the MLP's input and output."""
     import yaml
