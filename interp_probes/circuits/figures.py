@@ -27,6 +27,8 @@ EDGE_COLORS = {1: ("excitatory edge (+): raises its target", "27,120,55"),
                -1: ("inhibitory edge (−): lowers its target", "118,42,131")}
 DEFAULT_EDGES = 200
 """Edges the graph draws by default: the strongest of the pruned graph's (thousands draw a hairball)."""
+OWN_EDGES = 25
+"""The selected node's own strongest edges, drawn even when they are not among the strongest overall."""
 WEAK = (("fve_mean", "<", 0.6, "variance of the MLP outputs explained (FVE, mean over layers)", "{:.2f}"),
         ("dead_fraction_mean", ">", 0.3, "features dead (never fire on held-out text)", "{:.0%}"),
         ("recovered_mean", "<", 0.7, "loss gap recovered, each layer spliced in alone (mean)", "{:.2f}"),
@@ -45,9 +47,14 @@ def plain(tok: str) -> str:
     return "".join(_PIECES.get(c, c) for c in str(tok))
 
 
+def shown(tok: str) -> str:
+    """A token as the page shows it: `plain`, with line breaks and tabs made visible (↵, →)."""
+    return "".join(_SHOWN.get(c, c) for c in plain(tok))
+
+
 def quoted(tok: str, max_len: int = 24) -> str:
     """A token in quotes, its spaces kept and line breaks shown as ↵: ``' Paris'``."""
-    s = "".join(_SHOWN.get(c, c) for c in plain(tok))
+    s = shown(tok)
     return "'" + (s if len(s) <= max_len else s[: max_len - 1] + "…") + "'"
 
 
@@ -128,17 +135,17 @@ def _edge_text(edges: pd.DataFrame, label: pd.Series) -> list[str]:
 def graph_figure(g: dict[str, Any], meta: dict[str, Any], max_edges: int = DEFAULT_EDGES,
                  selected: int | None = None) -> go.Figure:
     """The pruned graph as Neuronpedia's viewer draws it: one column per token position (shaded), layers up,
-    logits on top of the last position's column with their tokens written beside them. Only the `max_edges`
-    strongest edges are drawn, coloured by sign and as wide as their |weight|; with a `selected` node, its own
-    edges (up to `max_edges` more) are drawn strong and the rest faded. The middle of each edge hovers its
-    source, target and weight. Every node marker carries its node index as customdata."""
+    logits on top of the last position's column with their tokens written above them (slanted). Only the
+    `max_edges` strongest edges are drawn, coloured by sign and as wide as their |weight|; with a `selected` node,
+    its edges among them and its own `OWN_EDGES` strongest are drawn strong, the rest faded. The middle of each
+    edge hovers its source, target and weight. Every node marker carries its node index as customdata."""
     L, n = meta["n_layers"], meta["n_pos"]
     nodes, cols = layout(nodes_table(g, meta), n)
     at = nodes.set_index("node")
     edges = edges_table(g)
     shown = edges.head(max_edges)
     if selected is not None:
-        mine = edges[(edges.source == selected) | (edges.target == selected)].head(max_edges)
+        mine = edges[(edges.source == selected) | (edges.target == selected)].head(OWN_EDGES)
         shown = pd.concat([shown, mine]).drop_duplicates(["source", "target"])
     fig = go.Figure()
     tops = [-1.6, L + 1.9]
@@ -185,20 +192,21 @@ def graph_figure(g: dict[str, Any], meta: dict[str, Any], max_edges: int = DEFAU
                  for lab, inf, a in zip(part.label, part.influence, part.activation, strict=True)]
         logit = kind == "logit"
         fig.add_trace(go.Scatter(
-            x=part.x, y=part.y, mode="markers+text" if logit else "markers", name=KIND_NAMES[kind],
-            customdata=[[int(i)] for i in part.node],
-            text=[quoted(t, 14) for t in part.token] if logit else None,
-            textposition="top center", textfont={"size": 11, "color": "#222"},
+            x=part.x, y=part.y, mode="markers", name=KIND_NAMES[kind], customdata=[[int(i)] for i in part.node],
             marker={"size": 12 if logit else 9, "color": KIND_COLORS[kind], "symbol": KIND_SYMBOLS[kind],
                     "line": {"width": 0.5, "color": "#333"}},
             hovertext=hover, hovertemplate="%{hovertext}<extra></extra>"))
+        for node, x, tok in zip(part.node, part.x, part.token, strict=True) if logit else ():
+            fig.add_annotation(x=x, y=L, yshift=9, text=html.escape(quoted(tok, 14), quote=False), name=f"logit {node}",
+                               textangle=-45, showarrow=False, xanchor="left", yanchor="bottom",
+                               font={"size": 11, "color": "#222"})
     if selected is not None and selected in at.index:
         fig.add_trace(go.Scatter(x=[at.x[selected]], y=[at.y[selected]], mode="markers", name="selected node",
-                                 hoverinfo="skip", marker={"size": 20, "symbol": "circle-open",
-                                                           "line": {"width": 3, "color": "#000"}}))
+                                 hoverinfo="skip", marker={"size": 20, "symbol": "circle-open", "color": "#000",
+                                                           "line": {"width": 3}}))
     step = max(1, L // 10)
     fig.update_layout(
-        height=max(520, 20 * (L + 4) + 150), margin={"l": 90, "r": 20, "t": 20, "b": 150}, plot_bgcolor="#fff",
+        height=max(560, 20 * (L + 4) + 190), margin={"l": 90, "r": 20, "t": 56, "b": 150}, plot_bgcolor="#fff",
         xaxis={"tickmode": "array", "tickvals": cols.center.tolist(), "range": [0, float(cols.right.iloc[-1])],
                "ticktext": [f"{quoted(t, 14)}<br>{p}" for p, t in enumerate(meta["str_tokens"])],
                "title": "token, position in the prompt", "showgrid": False, "zeroline": False},
@@ -236,7 +244,7 @@ def contexts_html(part: pd.DataFrame) -> str:
             style = f"background: rgba(255,127,14,{a:.2f});"
             if i == int(r.at):
                 style += " outline: 1.5px solid #222; font-weight: 600;"
-            text = html.escape("".join(_SHOWN.get(c, c) for c in plain(t)), quote=False)
+            text = html.escape(shown(t), quote=False)
             spans.append(f'<span class="tok{" kept" if i == int(r.at) else ""}" title="{float(v):.3g}" '
                          f'style="{style}">{text}</span>')
         blocks.append('<div style="display: flex; gap: .8em; margin: .25em 0;">'

@@ -90,7 +90,7 @@ def graph(run: Run, g: dict, meta: dict) -> None:
         n_edges = st.slider("Edges drawn (the strongest)", 0, len(edges), min(F.DEFAULT_EDGES, len(edges)),
                             key=f"circuits.edges:{run.path.name}",
                             help=f"The pruned graph keeps {len(edges):,} edges; drawing them all makes a hairball. "
-                            "The selected node's own edges are drawn too.")
+                            f"The selected node's {F.OWN_EDGES} strongest edges are drawn too.")
     with right:
         node = st.selectbox("Selected node (or click one on the graph)", order, format_func=labels.get, key=key)
     st.plotly_chart(F.graph_figure(g, meta, max_edges=n_edges, selected=node), key=chart_key(run),

@@ -38,7 +38,7 @@ def server(runs, tmp_path_factory):
     of the pages with CircuitsVis views and of the feature dashboard."""
     tmp_path = tmp_path_factory.mktemp("served")  # one server for the module's tests (start-up is ~15 s here)
     root = tmp_path / "artifacts"
-    extra = [runs.done[p] for p in ("sae_features", "conversational_inertia", "graph_sawtooth", "patching")
+    extra = [runs.done[p] for p in ("sae_features", "conversational_inertia", "graph_sawtooth", "patching", "circuits")
              if p in runs.done]
     for ref in (runs.done["logit_lens"], runs.failed, *extra):
         shutil.copytree(runs.root / ref, root / ref)
@@ -225,3 +225,58 @@ def test_patching_page_in_chromium(runs, server, browser, tmp_path):
     time.sleep(1)
     browser.save_screenshot(str(tmp_path / "patching.png"))
     assert (tmp_path / "patching.png").stat().st_size > 10_000
+
+
+def test_circuits_click_on_a_feature_shows_its_contexts(runs, server, browser, tmp_path):
+    """Clicking a feature's marker on the circuits graph selects it: the feature box names it and shows its contexts
+    (issue 44: a keyed selectbox ignored the click's new index)."""
+    import re
+
+    import pandas as pd
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    from interp_probes.circuits.figures import shown
+
+    if "circuits" not in runs.done:
+        pytest.skip("$INTERP_TEST_PROBES leaves out circuits")
+    assert "circuits" not in runs.errors, runs.errors.get("circuits")
+    ref = runs.done["circuits"]
+    ctx = pd.read_parquet(runs.root / ref / "feature_contexts.parquet")
+    browser.get(f"{server}/circuits?run={ref}")
+    wait_for_text(browser, "Attribution graph")
+    wait_for_text(browser, "Top held-out contexts")
+    graph = wait_for(browser, ".js-plotly-plot", 1)[0]  # the first plot on the page
+    deadline = time.monotonic() + 60
+    while not browser.execute_script("return !!(arguments[0]._fullData && arguments[0]._fullData.length)", graph):
+        assert time.monotonic() < deadline, "the graph never drew"
+        time.sleep(0.3)
+    names = browser.execute_script("return arguments[0]._fullData.map(t => t.name)", graph)
+    k = names.index("feature")
+    hover = browser.execute_script(f"return arguments[0]._fullData[{k}].hovertext", graph)
+    before = re.search(r"Feature (\d+) in layer (\d+)", browser.find_element(By.TAG_NAME, "body").text).groups()
+    fired = {(int(r.layer), int(r.feature)) for r in ctx.itertuples()}
+    picks = [(j, int(m[2]), int(m[1])) for j, h in enumerate(hover)
+             if (m := re.match(r"feature (\d+) in layer (\d+)", h)) and (int(m[2]), int(m[1])) in fired
+             and (m[1], m[2]) != before]
+    assert picks, f"no other feature of the graph fires on held-out text ({len(hover)} features)"
+    j, layer, feature = picks[0]
+    points = browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot g.scatterlayer g.trace")[k].find_elements(
+        By.CSS_SELECTOR, "path.point")
+    ActionChains(browser).move_to_element(points[j]).click().perform()
+    wait_for_text(browser, f"Feature {feature} in layer {layer}")
+    want = ctx[(ctx.layer == layer) & (ctx.feature == feature)].sort_values("rank")
+    kept = wait_for(browser, ".circuits-contexts span.tok.kept", len(want))
+    deadline = time.monotonic() + 60
+    while [e.get_attribute("textContent") for e in kept] != [shown(t[a]) for t, a in zip(want.tokens, want["at"])]:
+        assert time.monotonic() < deadline, ([e.get_attribute("textContent") for e in kept], want.tokens.tolist())
+        time.sleep(0.5)
+        kept = browser.find_elements(By.CSS_SELECTOR, ".circuits-contexts span.tok.kept")
+    text = browser.find_element(By.CSS_SELECTOR, ".circuits-contexts").text
+    assert "▁" not in text and "Ġ" not in text, text[:200]
+    boxes = [b.get_attribute("textContent") + " ".join(i.get_attribute("value") or "" for i in
+                                                       b.find_elements(By.TAG_NAME, "input"))
+             for b in browser.find_elements(By.CSS_SELECTOR, '[data-testid="stSelectbox"]')]
+    assert any(f"feature {feature} in layer {layer}" in b for b in boxes), boxes
+    assert "Traceback" not in browser.find_element(By.TAG_NAME, "body").text
+    browser.save_screenshot(str(tmp_path / "circuits.png"))

@@ -99,7 +99,8 @@ def test_the_selected_nodes_edges_are_highlighted_and_the_rest_faded():
     strong = [s for s in segs if alpha(s[2]) > 0.5]
     faded = [s for s in segs if alpha(s[2]) <= 0.1]
     assert len(strong) + len(faded) == len(segs)
-    assert len(strong) == min(n, len(mine)) > 0, (len(strong), len(mine))
+    own = pd.concat([mine[mine.index < n], mine.head(F.OWN_EDGES)]).drop_duplicates()
+    assert len(strong) == len(own) > 0, (len(strong), len(own))
     assert all(xy[sel] in (a, b) for a, b, _ in strong), "a highlighted edge does not touch the selected node"
     assert not any(xy[sel] in (a, b) for a, b, _ in faded), "an edge of the selected node is faded"
     top = edges.head(n)
@@ -148,8 +149,11 @@ def test_logits_carry_their_tokens_in_the_last_positions_column():
     g, meta = synthetic()
     fig = F.graph_figure(g, meta)
     logit = trace(fig, F.KIND_NAMES["logit"])
-    assert "text" in logit.mode
-    assert list(logit.text) == ["' Paris'", "' Rome'", "'↵'", "'Lyon'"]
+    labels = {a.name: a for a in fig.layout.annotations if (a.name or "").startswith("logit ")}
+    assert [labels[f"logit {node}"].text for (node,) in logit.customdata] == ["' Paris'", "' Rome'", "'↵'", "'Lyon'"]
+    for (node,), x, y in zip(logit.customdata, logit.x, logit.y, strict=True):
+        a = labels[f"logit {node}"]
+        assert (a.x, a.y, a.yshift > 0, a.xanchor) == (x, y, True, "left"), "the label is not just above its logit"
     last = [s for s in fig.layout.shapes if s.name == f"position {N_POS - 1}"][0]
     assert all(last.x0 < x < last.x1 for x in logit.x), (list(logit.x), last.x0, last.x1)
     assert max(logit.x) < fig.layout.xaxis.range[1], "a logit past the last token's column"
@@ -308,7 +312,7 @@ def test_edge_slider_and_weak_transcoder_warning(runs, circuits, app_test):
     spec = json.loads(chart(at).proto.spec)
     drawn = sum(t["meta"]["edges"] for t in spec["data"] if isinstance(t.get("meta"), dict))
     sel = at.selectbox(key=page.node_key(run)).value
-    mine = edges[(edges.source == sel) | (edges.target == sel)].head(10)
+    mine = edges[(edges.source == sel) | (edges.target == sel)].head(F.OWN_EDGES)
     assert drawn == len(pd.concat([edges.head(10), mine]).drop_duplicates()), "the 10 strongest and the selected's"
     warn = " ".join(w.value for w in at.warning)
     assert "transcoders are weak" in warn and "interp run circuits" in warn and "transcoders=" in warn, warn
