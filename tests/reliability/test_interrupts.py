@@ -169,3 +169,18 @@ def test_a_probe_page_opens_on_the_newest_done_run(tmp_path):
     box = at.selectbox(key="run-select:logit_lens")
     assert box.value == done, (box.value, box.options)
     assert [o.split()[-1] for o in box.options] == [r.partition("/")[2] for r in (interrupted, failed, done)]
+
+
+def test_ls_prints_column_headers_and_json_is_unchanged(tmp_path):
+    w = RunWriter.create(tmp_path, "logit_lens", {}, "ab12cd34ef", 0)
+    w.log_metrics(final_top1=" Paris")
+    w.finish(error=KeyboardInterrupt())
+    r = _cli("ls", "--out", str(tmp_path))
+    head, row = r.stdout.splitlines()
+    assert head.split() == ["PROBE", "RUN", "STATUS", "MODEL", "METRICS"], r.stdout
+    for word in ("RUN", "STATUS", "METRICS"):  # each header sits over its column
+        assert row[head.index(word)] != " ", (word, r.stdout)
+    assert row.split()[:3] == ["logit_lens", w.path.name, "interrupted"], r.stdout
+    (entry,) = json.loads(_cli("ls", "--out", str(tmp_path), "--json").stdout)
+    assert list(entry) == ["path", "probe", "run_id", "status", "model", "started", "seconds", "metrics", "error"]
+    assert entry["status"] == "interrupted" and entry["error"] == "interrupted: SIGINT (Ctrl-C)", entry
