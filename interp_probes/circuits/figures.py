@@ -196,10 +196,12 @@ def graph_figure(g: dict[str, Any], meta: dict[str, Any], max_edges: int = DEFAU
             marker={"size": 12 if logit else 9, "color": KIND_COLORS[kind], "symbol": KIND_SYMBOLS[kind],
                     "line": {"width": 0.5, "color": "#333"}},
             hovertext=hover, hovertemplate="%{hovertext}<extra></extra>"))
-        for node, x, tok in zip(part.node, part.x, part.token, strict=True) if logit else ():
-            fig.add_annotation(x=x, y=L, yshift=9, text=html.escape(quoted(tok, 14), quote=False), name=f"logit {node}",
-                               textangle=-45, showarrow=False, xanchor="left", yanchor="bottom",
-                               font={"size": 11, "color": "#222"})
+        if logit:  # the tokens slanted above their markers (one layout update: add_annotation is slow)
+            fig.update_layout(annotations=[
+                {"x": x, "y": L, "yshift": 9, "text": html.escape(quoted(tok, 14), quote=False),
+                 "name": f"logit {node}", "textangle": -45, "showarrow": False, "xanchor": "left",
+                 "yanchor": "bottom", "font": {"size": 11, "color": "#222"}}
+                for node, x, tok in zip(part.node, part.x, part.token, strict=True)])
     if selected is not None and selected in at.index:
         fig.add_trace(go.Scatter(x=[at.x[selected]], y=[at.y[selected]], mode="markers", name="selected node",
                                  hoverinfo="skip", marker={"size": 20, "symbol": "circle-open", "color": "#000",
