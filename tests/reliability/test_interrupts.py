@@ -43,7 +43,7 @@ def _wait_for_model(out: Path, proc: subprocess.Popen, probe: str, timeout: floa
 
 
 @pytest.mark.slow
-def test_sigint_mid_run_reads_interrupted_everywhere_and_a_sweep_redoes_it(tmp_path):
+def test_sigint_mid_run_reads_interrupted_everywhere_and_a_sweep_redoes_it(tmp_path, monkeypatch):
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "interp.cli", "run", "atoms", "--size", "micro", "-q",
                              "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
@@ -77,6 +77,14 @@ def test_sigint_mid_run_reads_interrupted_everywhere_and_a_sweep_redoes_it(tmp_p
 
     (shown,) = common.runs(out.resolve(), "atoms")
     assert shown.status == "interrupted" and common.default_run([shown]) is shown
+    from interp_app.testing import app_test
+
+    monkeypatch.setenv("INTERP_OUT", str(out))
+    at = app_test().run()  # the Runs home
+    assert not at.exception, at.exception
+    table = at.dataframe[0].value
+    rows = table[table.astype(str).apply(lambda r: any(run_dir.name in v for v in r), axis=1)]
+    assert len(rows) == 1 and str(rows.iloc[0]["status"]).endswith("interrupted"), table.to_dict("records")
 
     # a sweep of the same config plans it again without --retry-failed (an interrupted run is not failed)
     from interp.sweep import load_sweep, plan
