@@ -75,8 +75,12 @@ class RunContext:
 
     @stage.setter
     def stage(self, stage: str | None) -> None:
-        changed = stage != self._stage
-        self._stage, self._step = stage, None
+        self._set_stage(stage, None)
+
+    def _set_stage(self, stage: str | None, step: tuple[int, int | None] | None) -> None:
+        """The stage and its loop's step (an outer stage's, restored when an inner one ends); a record if new."""
+        changed = (stage, step) != (self._stage, self._step)
+        self._stage, self._step = stage, step
         if changed:
             self.report(force=True)
 
@@ -99,9 +103,10 @@ class RunContext:
     @property
     def model(self):
         if self._model is None:
-            outer, self.stage = self.stage, MODEL_LOAD
+            outer, step = self.stage, self._step
+            self.stage = MODEL_LOAD
             self._model = cached_model(self.cfg)
-            self.stage = outer
+            self._set_stage(outer, step)
             self._record_model(self._model)
         return self._model
 
@@ -128,17 +133,18 @@ class RunContext:
         if kw.get("desc"):
             if hasattr(it, "__len__"):
                 kw.setdefault("total", len(it))
-            outer, self.stage = self.stage, kw["desc"]
-            it = self._staged(it, outer, kw["desc"], kw.get("total"))
+            outer, step = self.stage, self._step
+            self.stage = kw["desc"]
+            it = self._staged(it, (outer, step), kw["desc"], kw.get("total"))
         return tqdm(it, disable=not self.progress, leave=False, **kw)
 
-    def _staged(self, it: Iterable, outer: str | None, stage: str, total: int | None) -> Iterator[Any]:
+    def _staged(self, it: Iterable, outer: tuple, stage: str, total: int | None) -> Iterator[Any]:
         for i, item in enumerate(it):
             if self._stage == stage:  # not while a stage inside the loop's body runs
                 self._step = (i, total)
                 self.report()
             yield item
-        self.stage = outer  # only when the loop ran to its end: a failure leaves its own stage
+        self._set_stage(*outer)  # only when the loop ran to its end: a failure leaves its own stage
 
     # -- artifacts ------------------------------------------------------------------
     def save_tensors(self, name: str, tensors: Mapping[str, Any], metadata: dict[str, str] | None = None):
@@ -169,10 +175,11 @@ class RunContext:
         process, robust to other jobs on the machine) in the manifest's timings, also when the stage raises; it is
         `self.stage` meanwhile."""
         t0, c0 = time.perf_counter(), time.process_time()
-        outer, self.stage = self.stage, stage
+        outer, step = self.stage, self._step
+        self.stage = stage
         try:
             yield
-            self.stage = outer  # a failure leaves the stage it happened in
+            self._set_stage(outer, step)  # a failure leaves the stage it happened in
         finally:
             self.log_timings(**{f"seconds_{stage}": round(time.perf_counter() - t0, 3),
                                 f"cpu_seconds_{stage}": round(time.process_time() - c0, 3)})

@@ -53,6 +53,19 @@ def test_a_loop_within_the_throttle_writes_its_stage_only(tmp_path):
     assert heard[0] is None and len(heard) <= 3, heard
 
 
+def test_an_inner_stage_gives_the_loop_its_step_back(tmp_path):
+    """A stage inside a loop's body (ctx.timed in a ctx.tqdm loop) ends: the record is the loop's stage with its
+    step again, not the loop's stage without one."""
+    writer = RunWriter.create(tmp_path, "demo", {}, "ef" * 32, 0)
+    ctx = context.RunContext(ProbeConfig(), writer, progress=False)
+    after = []
+    for _ in ctx.tqdm(range(2), desc="runs"):
+        with ctx.timed("fine-tune"):
+            pass
+        after.append(json.loads((writer.path / MANIFEST).read_text())["progress"])
+    assert [(r["stage"], r["step"], r["total"]) for r in after] == [("runs", 0, 2), ("runs", 1, 2)], after
+
+
 @pytest.mark.slow
 def test_demo_prints_k_of_n_stages_estimate_and_a_table(model, tmp_path, capsys, monkeypatch):
     """`interp demo --no-app --size micro`: "[1/2] probe: starting", a line per stage, a closing table with each
