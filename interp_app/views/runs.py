@@ -64,6 +64,7 @@ def render(root: Path, pages: Mapping[str, Any], sweeps: Any = None) -> None:
         hide_index=True,
         height=table_height(len(frame)),
         column_config=COLUMNS,
+        placeholder=common.BLANK,
     )
     if not shown:
         st.caption("No run matches the filters.")
