@@ -178,12 +178,11 @@ def graph_figure(g: dict[str, Any], meta: dict[str, Any], max_edges: int = DEFAU
                                          legendgroup=name, meta={"edges": len(sel)},
                                          line={"width": (0.6 + 3 * hi) * (1.6 if strong else 1),
                                                "color": f"rgba({rgb},{alpha})"}))
-    mid = shown[mine_mask] if selected is not None else shown
-    fig.add_trace(go.Scatter(
-        x=(at.x[mid.source].to_numpy() + at.x[mid.target].to_numpy()) / 2,
-        y=(at.y[mid.source].to_numpy() + at.y[mid.target].to_numpy()) / 2,
+    fig.add_trace(go.Scatter(  # every drawn edge hovers at its middle, the faded ones too
+        x=(at.x[shown.source].to_numpy() + at.x[shown.target].to_numpy()) / 2,
+        y=(at.y[shown.source].to_numpy() + at.y[shown.target].to_numpy()) / 2,
         mode="markers", name="edge weights", showlegend=False, marker={"size": 8, "color": "rgba(0,0,0,0)"},
-        hovertext=_edge_text(mid, at.label), hovertemplate="%{hovertext}<extra></extra>"))
+        hovertext=_edge_text(shown, at.label), hovertemplate="%{hovertext}<extra></extra>"))
     for kind in ("embedding", "error", "feature", "logit"):
         part = nodes[nodes.kind == kind]
         if not len(part):
@@ -195,6 +194,7 @@ def graph_figure(g: dict[str, Any], meta: dict[str, Any], max_edges: int = DEFAU
             x=part.x, y=part.y, mode="markers", name=KIND_NAMES[kind], customdata=[[int(i)] for i in part.node],
             marker={"size": 12 if logit else 9, "color": KIND_COLORS[kind], "symbol": KIND_SYMBOLS[kind],
                     "line": {"width": 0.5, "color": "#333"}},
+            unselected={"marker": {"opacity": 1}},  # a click selects (the page reruns); nothing dims meanwhile
             hovertext=hover, hovertemplate="%{hovertext}<extra></extra>"))
         if logit:  # the tokens slanted above their markers (one layout update: add_annotation is slow)
             fig.update_layout(annotations=[

@@ -105,6 +105,7 @@ def test_the_selected_nodes_edges_are_highlighted_and_the_rest_faded():
     assert not any(xy[sel] in (a, b) for a, b, _ in faded), "an edge of the selected node is faded"
     top = edges.head(n)
     assert len(faded) == int(((top.source != sel) & (top.target != sel)).sum())
+    assert len(trace(fig, "edge weights").x) == len(segs), "a drawn edge (faded or not) without a hover"
     ring = trace(fig, "selected node")
     assert (float(ring.x[0]), float(ring.y[0])) == xy[sel]
     # no selection: nothing faded, no ring
