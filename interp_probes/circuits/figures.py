@@ -257,11 +257,18 @@ def contexts_html(part: pd.DataFrame) -> str:
 
 
 def quality_figure(table: pd.DataFrame) -> go.Figure:
-    """Per layer: fraction of MLP-output variance explained and share of the zero-ablation loss gap recovered."""
+    """Per layer: fraction of MLP-output variance explained and share of the zero-ablation loss gap recovered, each
+    with the mean the page's warning holds against its threshold (`WEAK`) as a dashed line."""
     fig = go.Figure()
-    fig.add_trace(go.Bar(x=table.layer, y=table.fve, name="FVE of the MLP output"))
-    if table.recovered.notna().any():
-        fig.add_trace(go.Bar(x=table.layer, y=table.recovered, name="loss gap recovered (spliced in)"))
+    bound = {key: b for key, _, b, *_ in WEAK}
+    span = [float(table.layer.min()) - 0.5, float(table.layer.max()) + 0.5]
+    for col, name, key, colour in (("fve", "FVE of the MLP output", "fve_mean", "#1f77b4"),
+                                   ("recovered", "loss gap recovered (spliced in)", "recovered_mean", "#ff7f0e")):
+        if not table[col].notna().any():
+            continue
+        fig.add_trace(go.Bar(x=table.layer, y=table[col], name=name, marker_color=colour))
+        fig.add_trace(go.Scatter(x=span, y=[bound[key]] * 2, mode="lines", hoverinfo="skip",
+                                 name=f"weak below {bound[key]:g} (mean)", line={"dash": "dash", "color": colour}))
     fig.update_layout(barmode="group", height=320, margin={"l": 50, "r": 20, "t": 30, "b": 40},
                       xaxis_title="layer", yaxis_title="fraction", legend={"orientation": "h", "y": 1.15})
     return fig

@@ -86,11 +86,15 @@ def graph(run: Run, g: dict, meta: dict) -> None:
     order = options(nodes)
     key = node_key(run)
     left, right = st.columns([1, 2])
+    n_edges = 0
     with left:
-        n_edges = st.slider("Edges drawn (the strongest)", 0, len(edges), min(F.DEFAULT_EDGES, len(edges)),
-                            key=f"circuits.edges:{run.path.name}",
-                            help=f"The pruned graph keeps {len(edges):,} edges; drawing them all makes a hairball. "
-                            f"The selected node's {F.OWN_EDGES} strongest edges are drawn too.")
+        if len(edges):  # a slider needs a range
+            n_edges = st.slider("Edges drawn (the strongest)", 0, len(edges), min(F.DEFAULT_EDGES, len(edges)),
+                                key=f"circuits.edges:{run.path.name}",
+                                help=f"The pruned graph keeps {len(edges):,} edges; drawing them all makes a "
+                                f"hairball. The selected node's {F.OWN_EDGES} strongest edges are drawn too.")
+        else:
+            st.caption("The pruned graph keeps no edge.")
     with right:
         node = st.selectbox("Selected node (or click one on the graph)", order, format_func=labels.get, key=key)
     st.plotly_chart(F.graph_figure(g, meta, max_edges=n_edges, selected=node), key=chart_key(run),

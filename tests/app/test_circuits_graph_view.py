@@ -85,6 +85,13 @@ def test_only_the_strongest_edges_are_drawn(n):
         assert drawn[0] >= float(f"{w[n]:.3g}") * (1 - 1e-3), (drawn[0], w[n])
 
 
+def test_a_graph_without_edges_draws_its_nodes():
+    g, meta = synthetic(n_edges=0)
+    nodes = F.nodes_table(g, meta)
+    fig = F.graph_figure(g, meta, selected=int(nodes.node.iloc[0]))
+    assert line_segments(fig) == [] and len(node_xy(fig)) == len(nodes)
+
+
 def test_the_selected_nodes_edges_are_highlighted_and_the_rest_faded():
     g, meta = synthetic()
     nodes = F.nodes_table(g, meta)
@@ -317,3 +324,11 @@ def test_edge_slider_and_weak_transcoder_warning(runs, circuits, app_test):
     assert drawn == len(pd.concat([edges.head(10), mine]).drop_duplicates()), "the 10 strongest and the selected's"
     warn = " ".join(w.value for w in at.warning)
     assert "transcoders are weak" in warn and "interp run circuits" in warn and "transcoders=" in warn, warn
+
+
+def test_quality_figure_draws_the_warnings_thresholds():
+    table = pd.DataFrame({"layer": range(4), "fve": [0.3, 0.5, 0.7, 0.9], "recovered": [-3.2, 0.4, 0.8, 1.0]})
+    fig = F.quality_figure(table)
+    lines = {t.name: set(t.y) for t in fig.data if t.type == "scatter"}
+    assert lines == {"weak below 0.6 (mean)": {0.6}, "weak below 0.7 (mean)": {0.7}}, lines
+    assert {b for key, _, b, *_ in F.WEAK if key in ("fve_mean", "recovered_mean")} == {0.6, 0.7}
