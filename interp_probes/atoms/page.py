@@ -40,7 +40,7 @@ def render(run: Run) -> None:
     units = common.optional_table(run, "units")
     if units is not None and len(units):
         st.plotly_chart(F.units_bars(units), key="atoms.units")
-        st.dataframe(F.units_table(units))
+        st.dataframe(F.units_table(units), placeholder=common.BLANK)
         st.caption("q* is never meaningful without L0: with K ≤ 1 the uniqueness condition holds trivially. "
                    "Coherence is local (over co-active units, decoder rows at unit AIP norm): a global bound "
                    "cannot hold for an overcomplete dictionary (Welch bound).")
@@ -63,7 +63,7 @@ def render(run: Run) -> None:
     synth = common.optional_table(run, "synthetic")
     if synth is not None and len(synth):
         st.subheader("Synthetic ground truth (known atoms)")
-        st.dataframe(F.synthetic_table(synth))
+        st.dataframe(F.synthetic_table(synth), placeholder=common.BLANK)
         st.caption(f"Recovery: share of true atoms matched by a learned atom with |cos_AIP| ≥ 0.95. "
                    f"Neurons on the same data: R² {common.fmt_value(m.get('synthetic_r2_aip_neurons'))}, "
                    f"q* {common.fmt_value(m.get('synthetic_q_star_neurons'))}.")
@@ -99,7 +99,8 @@ def atom_pages(run: Run) -> None:
     if logits is not None:
         sub = logits[logits["latent"] == lat]
         a.markdown("**Top ± logits** (W_dec row × unembedding, no final norm: approximate)")
-        a.dataframe(sub.pivot(index="rank", columns="direction", values="token"))
+        a.dataframe(sub.pivot(index="rank", columns="direction", values="token"), placeholder=common.BLANK)
     if neighbors is not None:
         b.markdown("**Nearest atoms (AIP cosine)**")
-        b.dataframe(neighbors[neighbors["latent"] == lat][["neighbor", "cos_aip"]].reset_index(drop=True))
+        b.dataframe(neighbors[neighbors["latent"] == lat][["neighbor", "cos_aip"]].reset_index(drop=True),
+                    placeholder=common.BLANK)

@@ -66,7 +66,7 @@ def head_census(run: Run) -> None:
                "transcripts keep the content tokens of the earlier replies but not their positions.")
     heads = run.table("heads").sort_values("z", ascending=False).head(20)
     names = [head_label(a, b) for a, b in zip(heads["layer"], heads["head"])]
-    st.dataframe(heads.assign(name=names).set_index("name"))
+    st.dataframe(heads.assign(name=names).set_index("name"), placeholder=common.BLANK)
 
     blocks, tokens, transcripts = _viewers(run)
     top = blocks["heads"]
@@ -127,7 +127,8 @@ def rounds_panel(run: Run) -> None:
     rows = [(seg, m.get(f"{seg}_share_rho"), m.get(f"{seg}_share_p")) for seg in ("prev_assistant", "system", "user")]
     rows += [(f"{seg} enrichment", m.get(f"{seg}_enrichment_rho"), m.get(f"{seg}_enrichment_p"))
              for seg in ("prev_assistant", "user")]
-    st.dataframe(pd.DataFrame(rows, columns=["segment", "Spearman ρ vs N", "p"]), hide_index=True)
+    st.dataframe(pd.DataFrame(rows, columns=["segment", "Spearman ρ vs N", "p"]), hide_index=True,
+                 placeholder=common.BLANK)
     if (shares.layer_type == "local").any():
         st.caption("Local (sliding-window) layers see only the keys inside their window; the key fractions of the "
                    "enrichment count visible keys only.")
@@ -155,14 +156,14 @@ def behaviour_panel(run: Run) -> None:
         st.plotly_chart(F.repeat_by_n(summary), key=K + "by_n")
     with right:
         st.plotly_chart(F.context_cost(top), key=K + "cost")
-    st.dataframe(summary.round(3), hide_index=True)
+    st.dataframe(summary.round(3), hide_index=True, placeholder=common.BLANK)
     st.caption("Repeat: the door just reported locked (DoorExplore) or the old open door (DoorWorld). Unparsed "
                "replies count as neither; format = the exact `Action: open <colour> door` line.")
     st.subheader("Bait episodes, outputs side by side")
     ep = rows[(rows.env == "doorexplore") & (rows.kind == "bait") & (rows.N == n_max)]
     wide = ep.pivot_table(index=["episode_id", "c_prev"], columns="policy", values="output", aggfunc="first")
     wide = wide[[p for p in F.POLICY_NAMES if p in wide.columns]].reset_index()
-    st.dataframe(wide, hide_index=True)
+    st.dataframe(wide, hide_index=True, placeholder=common.BLANK)
 
 
 # ============================================================================= CPL
@@ -178,7 +179,7 @@ def cpl_panel(run: Run) -> None:
     pairs = run.table("cpl_pairs")
     if len(pairs):
         st.dataframe(pairs[["state_id", "N", "action_chosen", "action_rejected", "chosen", "rejected"]].head(20),
-                     hide_index=True)
+                     hide_index=True, placeholder=common.BLANK)
         first = pairs.iloc[0]
         with st.expander(f"Prompt of {first.state_id}"):
             for msg in json.loads(first.prompt):

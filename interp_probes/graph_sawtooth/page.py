@@ -69,14 +69,14 @@ def render(run: Run) -> None:
         st.caption("How far SLASH moves the scores, flipped or not (calibration, mean over items): the answer's "
                    "margin over the best other candidate, and |Δ log p(answer)| against γ = 1.")
         st.dataframe(sweep[sweep["task"] == "all"][["gamma", "acc_cal", "margin", "mean_abs_dlogprob"]],
-                     hide_index=True)
+                     hide_index=True, placeholder=common.BLANK)
     if "gamma_curve.parquet" in run.manifest.get("files", {}):
         curve = run.table("gamma_curve")
         st.plotly_chart(F.gamma_response(curve), key="graph_sawtooth.response")
         st.caption("The graded study (gamma_curve = true): every γ of the grid on the test split, SLASH on S against "
                    "the same edit on random layers. The margin is the answer's summed log-probability minus the best "
                    "other candidate's; it moves even where no argmax flips.")
-        st.dataframe(curve, hide_index=True)
+        st.dataframe(curve, hide_index=True, placeholder=common.BLANK)
     ev = run.table("eval")
     left, right = st.columns(2)
     with left:
@@ -88,7 +88,7 @@ def render(run: Run) -> None:
                f"{_f(m.get('acc_slash_minus_random_ci_hi'))}); random layer sets: {m.get('random_layer_sets', '')}. "
                "A gain means something only where it beats the random-layer control.")
     ctl = run.table("controls")
-    st.dataframe(ctl, hide_index=True)
+    st.dataframe(ctl, hide_index=True, placeholder=common.BLANK)
 
     st.subheader("Exact invariants of the edit")
     common.metric_row(
@@ -98,7 +98,7 @@ def render(run: Run) -> None:
         ("γ = 1: max |Δ logit|", f"{m.get('slash_gamma1_max_dlogit', 0):.2e}"),
         ("edited pattern reaches z", str(m.get("pattern_edit_reaches_z"))),
     )
-    st.dataframe(run.table("invariants"), hide_index=True)
+    st.dataframe(run.table("invariants"), hide_index=True, placeholder=common.BLANK)
 
     if "head_scores.parquet" in run.manifest.get("files", {}):
         with st.expander("Per-head plain AUC excess over the null (not the paper's metric)"):
@@ -126,7 +126,9 @@ def _roi_viewer(run: Run, layers, S: list[int]) -> None:
     row = sel.loc[i]
     spans = json.loads(row["spans"])
     tokens = json.loads(row["roi_tokens"]) if isinstance(row.get("roi_tokens"), str) else []
-    st.caption(f"Prompt: {row['prompt']!r}")
+    prompt = str(row["prompt"])  # its real line breaks, not a repr's "\n"
+    st.caption("Prompt, as the model read it:")
+    st.code(prompt, language=None, wrap_lines=True, height=400 if prompt.count("\n") > 16 else "content")
     raw, binary, template = maps[f"raw_{i}"][layer], maps[f"binary_{i}"][layer], maps[f"template_{i}"]
     title = f"sample #{i}, L{layer}: rows are queries, columns keys; segment blocks outlined"
     st.plotly_chart(F.roi_panels(raw, binary, template, tokens, spans, title), key="graph_sawtooth.roi")

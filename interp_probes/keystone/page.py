@@ -99,7 +99,7 @@ def neurons_panel(run: Run) -> None:
     cols = ["type", "layer", "index", "head", "dim", "kv_head", "mean_act", "ratio_to_median", "weight_norm",
             "n_groups_containing", "is_massive_writer", "massive_dim_badge", "top_tokens"]
     cols += F.prompt_columns(ks, "mean_act_prompt_")
-    st.dataframe(view[[c for c in cols if c in view]], hide_index=True, key=K + "table")
+    st.dataframe(view[[c for c in cols if c in view]], hide_index=True, key=K + "table", placeholder=common.BLANK)
     if not len(view):
         return
     labels = [f"{r.type} L{int(r.layer)} #{int(r.index)}" for r in view.itertuples()]
@@ -154,7 +154,7 @@ def ablation_panel(run: Run) -> None:
     left.plotly_chart(F.task_accuracy(ab), key=K + "tasks")
     if run.has("p_sweep"):
         right.plotly_chart(F.p_sweep(run.table("p_sweep"), run.metrics.get("ppl_base")), key=K + "sweep")
-    st.dataframe(ab, hide_index=True, key=K + "ablation_table")
+    st.dataframe(ab, hide_index=True, key=K + "ablation_table", placeholder=common.BLANK)
     if run.has("token_strip"):
         st.plotly_chart(F.token_strip(run.table("token_strip")), key=K + "strip")
 
@@ -180,7 +180,7 @@ def mechanism_panel(run: Run) -> None:
     if run.has("massive_writers"):
         mw = run.table("massive_writers").sort_values("cut_frac", ascending=False)
         st.caption("Single-unit position-0 test, every keystone unit (largest cut first)")
-        st.dataframe(mw, hide_index=True, key=K + "writers")
+        st.dataframe(mw, hide_index=True, key=K + "writers", placeholder=common.BLANK)
 
 
 def stability_panel(run: Run) -> None:
@@ -215,7 +215,7 @@ def sft_panel(run: Run) -> None:
         st.info("This run did not fine-tune (sft.enable=false); the SFT comparison is a separate run.")
         return
     sft = run.table("sft")
-    st.dataframe(sft, hide_index=True, key=K + "sft_table")
+    st.dataframe(sft, hide_index=True, key=K + "sft_table", placeholder=common.BLANK)
     if run.config.get("sft", {}).get("mode") == "paper":
         st.warning("Paper mode: gate_proj, norms, embeddings and lm_head stay trainable and weight decay is not "
                    "masked, as in the released code.")

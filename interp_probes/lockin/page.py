@@ -65,11 +65,11 @@ def collapse_panel(run: Run, runs) -> None:
         st.plotly_chart(F.collapse(runs, curve, sigma), key=K + "collapse")
         if run.has("below_curve") and len(run.table("below_curve")):
             st.caption("Projection run against the shared curve at fixed u levels:")
-            st.dataframe(run.table("below_curve"), hide_index=True)
+            st.dataframe(run.table("below_curve"), hide_index=True, placeholder=common.BLANK)
     with speed:
         st.plotly_chart(F.rates(runs), key=K + "rates")
-        st.dataframe(run.table("rates"), hide_index=True)
-    st.dataframe(run.table("run_configs"), hide_index=True)
+        st.dataframe(run.table("rates"), hide_index=True, placeholder=common.BLANK)
+    st.dataframe(run.table("run_configs"), hide_index=True, placeholder=common.BLANK)
 
 
 def paradox_panel(run: Run, runs) -> None:
@@ -120,11 +120,11 @@ def subspace_panel(run: Run, runs) -> None:
 def bifurcation_panel(run: Run, runs) -> None:
     st.plotly_chart(F.bifurcation(runs, run.table("changepoints")), key=K + "bif")
     st.caption("The most speculative part of the reconstruction: reported, gated only on synthetic data.")
-    st.dataframe(run.table("changepoints"), hide_index=True)
+    st.dataframe(run.table("changepoints"), hide_index=True, placeholder=common.BLANK)
 
 
 def overhead_panel(run: Run) -> None:
-    st.dataframe(F.timings_table(run.timings), hide_index=True)
+    st.dataframe(F.timings_table(run.timings), hide_index=True, placeholder=common.BLANK)
     st.plotly_chart(F.matrices(run.table("matrices")), key=K + "mats")
 
 
@@ -152,7 +152,8 @@ def ground_truth_panel(run: Run) -> None:
     names = ["stiff_max_angle_deg", "collapse_r2", "rate_ratio", "drift_norm_spearman", "curvature_drift_spearman",
              "harm_signal_spearman", "harm_signal_random_spearman", "projection_run_below_curve",
              "bifurcation_detected", "bifurcation_detected_control"]
-    st.dataframe([{"check": n, "value": common.fmt_value(m.get(f"synthetic_{n}"))} for n in names], hide_index=True)
+    st.dataframe([{"check": n, "value": common.fmt_value(m.get(f"synthetic_{n}"))} for n in names], hide_index=True,
+                 placeholder=common.BLANK)
     syn = run.table("synthetic_runs")
     st.plotly_chart(F.collapse(syn, None, None), key=K + "syn")
-    st.dataframe(run.table("synthetic"), hide_index=True)
+    st.dataframe(run.table("synthetic"), hide_index=True, placeholder=common.BLANK)

@@ -19,12 +19,15 @@ def render(run: Run) -> None:
 
     m = run.metrics
     first = m.get("first_layer_final_top1")
+    numbering = (f"Layers count from 0, as on the heatmap's axis: L0 is the residual stream after the first block, "
+                 f"L{n_layers - 1} after the last of the {n_layers} (what the final norm and unembedding read).")
     common.metric_row(
         m,
         ("final prediction", "{final_top1}"),
-        ("first layer with it at top-1", "never" if first is None else f"{first} of {n_layers - 1}"),
+        ("first layer with it at top-1", "never" if first is None else layer_of(first, n_layers),
+         "The first layer whose logit-lens top-1 at the last position is the final prediction. " + numbering),
         ("prompt tokens", n_pos),
-        ("layers", n_layers),
+        ("layers", f"{n_layers} (L0–L{n_layers - 1})", numbering),
     )
     st.caption(f"Prompt{' (chat template)' if run.config.get('chat') else ''}: {run.config.get('prompt', '')!r}")
 
@@ -48,7 +51,12 @@ def render(run: Run) -> None:
     )
     left, right = st.columns([3, 2])
     with left:
-        st.dataframe(F.topk_table(topk, position), height=min(36 * (n_layers + 1), 600))
+        st.dataframe(F.topk_table(topk, position), height=min(36 * (n_layers + 1), 600), placeholder=common.BLANK)
     with right:
         fig = F.rank_by_layer(rank, prob, position, tokens[position])
         st.plotly_chart(fig, key="logit_lens.by_layer", config={"displayModeBar": False})
+
+
+def layer_of(layer: int, n_layers: int) -> str:
+    """A 0-based layer as the page names it: ``"L29 (last)"``, ``"L12 of 0–29"``."""
+    return f"L{layer} (last)" if layer == n_layers - 1 else f"L{layer} of 0–{n_layers - 1}"

@@ -75,6 +75,6 @@ def render(run: Run) -> None:
                    f"corrupted activations differ; top-{int(row['k'])} overlap {_f(row['topk_overlap'])}.")
 
     st.subheader("Top components (mean over pairs)")
-    st.dataframe(top[top["grid"] == name].drop(columns=["grid"]), hide_index=True)
+    st.dataframe(top[top["grid"] == name].drop(columns=["grid"]), hide_index=True, placeholder=common.BLANK)
     st.subheader("Pairs")
-    st.dataframe(pairs, hide_index=True)
+    st.dataframe(pairs, hide_index=True, placeholder=common.BLANK)

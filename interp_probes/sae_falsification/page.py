@@ -45,7 +45,7 @@ def render(run: Run) -> None:
         st.warning("The best \"reasoning\" feature does no better than a digit detector.")
     if m.get("candidates_unfiltered"):
         st.warning("No feature passed the detection filters; the table shows the top of the whole ranking.")
-    st.dataframe(F.candidate_table(features), key="sf.candidates")
+    st.dataframe(F.candidate_table(features), key="sf.candidates", placeholder=common.BLANK)
     st.plotly_chart(F.scatter_real_control(features), key="sf.scatter")
     st.caption("Both arms take the same max over strategies, so the control shows how much the max alone "
                "inflates d. Prepending any tokens right after position 0 moves some features a little.")
@@ -93,10 +93,10 @@ def feature_page(run: Run, features: pd.DataFrame) -> None:
     a, b = st.columns(2)
     if toks is not None:
         a.markdown("**Top tokens** (mean activation, >= 5 occurrences)")
-        a.dataframe(F.top_tokens_table(toks, f), key="sf.tokens")
+        a.dataframe(F.top_tokens_table(toks, f), key="sf.tokens", placeholder=common.BLANK)
     if grams is not None:
         b.markdown("**Top n-grams** around the top tokens")
-        b.dataframe(F.ngram_table(grams, f), key="sf.ngrams")
+        b.dataframe(F.ngram_table(grams, f), key="sf.ngrams", placeholder=common.BLANK)
 
     inj, ctrl = common.optional_table(run, "injection"), common.optional_table(run, "control_tokens")
     if inj is not None and (inj["feature"] == f).any():
@@ -104,7 +104,7 @@ def feature_page(run: Run, features: pd.DataFrame) -> None:
         if ctrl is not None:
             st.markdown("**Control tokens used** (frequency-matched random tokens and n-grams)")
             st.dataframe(ctrl[ctrl["feature"] == f].drop(columns=["feature"]).reset_index(drop=True),
-                         key="sf.control")
+                         key="sf.control", placeholder=common.BLANK)
 
     cand = common.optional_table(run, "candidates")
     if cand is not None and (cand["feature"] == f).any():
@@ -113,9 +113,9 @@ def feature_page(run: Run, features: pd.DataFrame) -> None:
                     f"ratio = activation / reference max ({'falsified' if row['falsified'] else 'not falsified'}).")
         a, b = st.columns(2)
         a.markdown("False positives (non-reasoning texts that fire)")
-        a.dataframe(F.transcript(cand, f, "FP"), key="sf.fp")
+        a.dataframe(F.transcript(cand, f, "FP"), key="sf.fp", placeholder=common.BLANK)
         b.markdown("False negatives (reasoning rewrites that do not)")
-        b.dataframe(F.transcript(cand, f, "FN"), key="sf.fn")
+        b.dataframe(F.transcript(cand, f, "FN"), key="sf.fn", placeholder=common.BLANK)
 
 
 def steering_section(run: Run) -> None:
@@ -131,7 +131,7 @@ def steering_section(run: Run) -> None:
     st.plotly_chart(F.steering_figure(steering), key="sf.steer")
     feats = sorted(set(steering["feature"]))
     f = st.selectbox("Sample outputs of feature", feats, key=f"sf.steer_feature:{run.path.name}")
-    st.dataframe(F.steering_samples(steering, f), key="sf.steer_samples")
+    st.dataframe(F.steering_samples(steering, f), key="sf.steer_samples", placeholder=common.BLANK)
 
 
 @st.cache_resource(show_spinner="Loading the model and the SAE…")

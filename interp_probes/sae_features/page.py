@@ -40,7 +40,7 @@ def render(run: Run) -> None:
     st.dataframe(hits[["feature", "top_token", "top_token_share", "density", "max_act"]].head(50), hide_index=True,
                  column_config={"density": st.column_config.NumberColumn(format="%.2e"),
                                 "top_token_share": st.column_config.NumberColumn("share", format="%.2f")},
-                 height=min(38 * (min(len(hits), 50) + 1), 300))
+                 height=min(38 * (min(len(hits), 50) + 1), 300), placeholder=common.BLANK)
     options = hits["feature"].tolist()
     wanted = st.query_params.get("feature")
     index = options.index(int(wanted)) if wanted and wanted.isdigit() and int(wanted) in options else 0

@@ -81,7 +81,7 @@ def leaderboard_panel(run: Run, recall: pd.DataFrame) -> None:
     gap = {v: run.metrics.get(f"train_minus_heldout_recall1_{v}") for v in wide.index}
     if any(x is not None for x in gap.values()):
         wide["train − held-out recall@1"] = pd.Series(gap)
-    st.dataframe(wide.reindex([v for v in F.ORDER if v in wide.index]).round(3))
+    st.dataframe(wide.reindex([v for v in F.ORDER if v in wide.index]).round(3), placeholder=common.BLANK)
 
 
 def layer_panel(run: Run, recall: pd.DataFrame) -> None:
@@ -103,7 +103,7 @@ def table_panel(run: Run) -> None:
     cat = st.selectbox("Category", cats, key=K + "category")
     labels, classes = F.heldout_table(gens, topics, category=None if cat == "all" else cat)
     st.caption("Green: the true topic ranks first; yellow: within the top 10; red: a miss.")
-    st.dataframe(F.style_hits(labels, classes), hide_index=True)
+    st.dataframe(F.style_hits(labels, classes), hide_index=True, placeholder=common.BLANK)
 
 
 def inspection_panel(run: Run) -> None:
@@ -170,7 +170,7 @@ def _describe(run: Run, source: str, text, chosen: list[str]) -> None:
     else:
         v = prompt_vector(model, run, str(text), as_topic=source == "topic")
     rows = [{"adapter": name, "label": describe(model, v, load_adapter(run, name))} for name in chosen]
-    st.dataframe(pd.DataFrame(rows), hide_index=True)
+    st.dataframe(pd.DataFrame(rows), hide_index=True, placeholder=common.BLANK)
 
 
 def sae_panel(run: Run) -> None:
@@ -184,7 +184,7 @@ def sae_panel(run: Run) -> None:
         cols = st.columns(len(scores))
         for col, (k, v) in zip(cols, scores.items()):
             col.metric(k.replace("sae_gen_score_", "score: "), common.fmt_value(v))
-    st.dataframe(F.sae_cards(sae), hide_index=True)
+    st.dataframe(F.sae_cards(sae), hide_index=True, placeholder=common.BLANK)
     latent = st.selectbox("Feature card", sae.latent.unique().tolist(), key=K + "card")
     card = sae[sae.latent == latent]
     st.markdown(f"**Latent {latent}** · true label: *{card.label_true.iloc[0]}*")
