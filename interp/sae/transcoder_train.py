@@ -234,7 +234,8 @@ def _splice_hooks(tc: Transcoders, rows: Mapping[int, slice], mode: str, first: 
     """Hooks that replace the MLP output of each layer in `rows`, in its batch rows `rows[layer]` and at positions
     >= `first`, with the transcoders' estimate ("splice": features read at the spliced run's own MLP inputs) or with
     zero ("zero"). The transcoders train on positions >= 1, so the BOS position, whose outlier activations they
-    never see, keeps its real MLP output in both (as in the graph, where its error node carries it)."""
+    never see, keeps its real MLP output in both (as in circuits' graph, where it is held in the targets' bias, or
+    with bos_error in its error nodes)."""
     acts: dict[int, Tensor] = {}
 
     def write(layer, x, y):

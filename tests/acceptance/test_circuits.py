@@ -7,15 +7,104 @@ The full run on smollm2-135m (transcoders at the acceptance size, trained once a
 ablated, and the graph's choice beating random and top-activation choices), transcoder quality (spliced-in loss
 recovering >= 80 % of the gap between zero-ablation and clean), and the CLI times with the transcoders cached
 (micro <= 20 s, quick <= 90 s). Every measured value goes to artifacts/acceptance/circuits.json.
+
+First, the cross-check against circuit-tracer 0.5.0 itself (issue 42), on quick-size sets of both models.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
 
-from acceptance import ROOT, SLACK, Checks, full_run, report
+import pytest
+from acceptance import ARTIFACTS, ROOT, SLACK, Checks, full_run, report
+
+CT_PROMPTS = ("The capital of France is", "When Mary and John went to the store, John gave a drink to",
+              "The opposite of hot is")
+"""The cross-check's prompts (issue 42: at least three)."""
+
+
+def _compat():
+    """tests/compat/circuit_tracer_env.py (circuit-tracer 0.5.0's side environment and the comparison)."""
+    sys.path.insert(0, str(ROOT / "tests" / "compat"))
+    import circuit_tracer_env
+
+    return circuit_tracer_env
+
+
+def test_circuits_matches_circuit_tracer(model, tmp_path):
+    """Issue 42: circuit-tracer 0.5.0 itself (a side environment, tests/compat/circuit_tracer_env.py) builds the
+    graph of the same weights, set and prompt, and circuits' default graph is its graph node for node: on
+    smollm2-135m and gemma3-270m, three prompts, the quick-size JumpReLU and TopK sets (trained here, cached, saved
+    by save_transcoders and loaded there by circuit-tracer's own loader), every edge block within 1e-5 relative,
+    the same attributed features, the same pruned nodes and edges, replacement and completeness scores within 1e-6.
+    The TopK set is gated against circuit-tracer's TopK class followed by ReLU (what TopK means here) and reported
+    against its TopK class alone (0/1 mask, negative values kept); bos_error=true is reported, not gated.
+    Completeness <= 1e-4 is gated under both conventions. Everything goes to
+    artifacts/acceptance/circuits_circuit_tracer.json."""
+    import warnings
+
+    import interp
+    from interp.runner import prepare
+    from interp.sae import save_transcoders
+    from interp_probes.circuits.probe import prompt_ids
+    from interp_probes.circuits.transcoders import chunks, obtain
+
+    ce = _compat()
+    try:
+        ce.side_python()
+    except ce.Unavailable as e:
+        pytest.skip(str(e))
+    checks, reported, doc = {}, {}, {"prompts": CT_PROMPTS, "runs": []}
+    for name in ("smollm2-135m", "gemma3-270m"):
+        m = model if name == "smollm2-135m" else interp.load_model(name)
+        for act in ("jumprelu", "topk"):
+            _, cfg = prepare("circuits", {"model": name, "size": "quick", "activation": act})
+            tc, how = obtain(m, cfg, chunks(m, cfg)[0], progress=True)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # a TopK set's save warns that circuit-tracer reads it as ReLU
+                path = save_transcoders(tc, tmp_path / f"{name}-{act}")
+            ids = [prompt_ids(m, text)[0].tolist() for text in CT_PROMPTS]
+            t = time.perf_counter()
+            rows, result = ce.cross_check(m, name, tc, path, ids, tmp_path / f"work-{name}-{act}",
+                                          max_feature_nodes=cfg.max_feature_nodes, batch_size=cfg.batch_size)
+            doc["runs"].append({"model": name, "set": act, "seconds": time.perf_counter() - t, "side": result,
+                                "rows": rows})
+            gated = [r for r in rows if r["gated"]]
+            worst = ce.summary(gated)
+            bad = [f"prompt {r['prompt']}: {f}" for r in gated for f in ce.failures(r)]
+            ct_act = "its TopK + ReLU" if act == "topk" else "as circuit-tracer loads it"
+            checks[f"{name} {act} set ({ct_act}), defaults: the reference's graph node for node"] = (
+                not bad and len(gated) == len(CT_PROMPTS),
+                "; ".join(bad) or f"{len(gated)} prompts; edge blocks rel <= "
+                f"{max(worst['edge_rel_max'].values()):.1e}; pruned nodes and edges identical; scores within "
+                f"{max(worst['replacement_score_absdiff_max'], worst['completeness_score_absdiff_max']):.1e}")
+            comp = max(r["completeness_rel_err"] for r in rows)
+            checks[f"{name} {act} set: completeness <= 1e-4 under both conventions"] = (comp <= 1e-4, f"{comp:.1e}")
+            bos = ce.summary([r for r in rows if r["bos_error"]])
+            reported[f"{name} {act} set, bos_error=true against circuit-tracer"] = (
+                False, f"edge blocks rel max {bos.get('edge_rel_max')}; pruned nodes equal {bos['pruned_nodes_equal']}"
+                f"; scores differ by up to {bos['replacement_score_absdiff_max']:.3f} / "
+                f"{bos['completeness_score_absdiff_max']:.3f}")
+            if act == "topk":
+                raw = [r for r in rows if r["ct_activation"] == "topk"]
+                reported[f"{name} topk set against circuit-tracer's TopK class alone (no ReLU)"] = (
+                    all(r["same_nodes"] for r in raw),
+                    "; ".join(f"prompt {r['prompt']}: {r['n_active_ct'] - r['n_active']:+d} active features there"
+                              for r in raw))
+    out = ARTIFACTS / "acceptance"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "circuits_circuit_tracer.json").write_text(json.dumps(
+        {**doc, "checks": {k: {"passed": ok, "measured": d} for k, (ok, d) in checks.items()},
+         "reported": {k: {"passed": ok, "measured": d} for k, (ok, d) in reported.items()}}, indent=1, default=str))
+    for k, (ok, d) in checks.items():
+        print(f"{'PASS' if ok else 'FAIL'}  {k}: {d}")
+    for k, (ok, d) in reported.items():
+        print(f"{'(ok)' if ok else '(no)'}  {k}: {d}  [reported, not gated]")
+    failed = [f"{k} ({d})" for k, (ok, d) in checks.items() if not ok]
+    assert not failed, "unmet acceptance checks: " + "; ".join(failed)
 
 
 def _cli_seconds(size: str, model: str = "smollm2-135m") -> float:

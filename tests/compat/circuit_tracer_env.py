@@ -1,0 +1,313 @@
+"""circuit-tracer 0.5.0 in a side environment, and circuits' graph checked against it (issue 42).
+
+The side environment is a venv under the interp cache (compat/circuit-tracer-0.5.0/), keyed by version, built once
+(reruns reuse it) and atomically: it is built as a `.partial` sibling and renamed into place when every pin is
+installed, so an interrupted build is never taken for a finished one. torch is installed first, at the project's
+own release (a CPU wheel where the machine has one; unpinned, circuit-tracer would pull a CUDA build of several
+GB), then the rest with a constraint that keeps it. Nothing of the project is imported there:
+circuit_tracer_side.py runs in it and writes safetensors and JSON that `compare` reads.
+
+What circuit-tracer's stack needs to read the embedded models' cached directories (written by transformers 5) is
+done on a copy in a temporary directory, each adaptation named (`ADAPTATIONS`), never on the cache itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+CT_VERSION = "0.5.0"
+PINS = {"torch": "2.13.0", "circuit-tracer": CT_VERSION, "transformers": "4.57.3", "transformer-lens": "3.2.1"}
+"""circuit-tracer 0.5.0 pins transformers <= 4.57; TransformerLens 3.2.1 is its backend's release that knows
+gemma-3-270m."""
+TL_NAMES = {"smollm2-135m": None, "gemma3-270m": "google/gemma-3-270m"}
+"""TransformerLens's official name of each embedded model (SmolLM2 is not one of them: its config comes from the
+adapted directory)."""
+
+
+class Unavailable(RuntimeError):
+    """The side environment cannot be built here (no package index reachable)."""
+
+
+def cache_dir() -> Path:
+    from interp.embedded import cache_root
+
+    return cache_root() / "compat"
+
+
+def side_python() -> Path:
+    """The side environment's python, building the environment first if it is not in the cache."""
+    root = cache_dir()
+    target = root / f"circuit-tracer-{CT_VERSION}"
+    py = target / "bin" / "python"
+    if py.exists():
+        return py
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".circuit-tracer-{CT_VERSION}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time; the second finds the first's result
+        if py.exists():
+            return py
+        tmp = root / f".circuit-tracer-{CT_VERSION}.partial"
+        shutil.rmtree(tmp, ignore_errors=True)  # left by an interrupted build
+        env = {k: v for k, v in os.environ.items() if k not in ("PIP_NO_INDEX", "HF_HUB_OFFLINE")}
+        base = Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+        _run([str(base if base.exists() else sys.executable), "-m", "venv", str(tmp)], env)
+        pip = [str(tmp / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        (tmp / "constraints.txt").write_text(f"torch=={PINS['torch']}\n")
+        _run(pip + [f"torch=={PINS['torch']}"], env)
+        _run(pip + ["-c", str(tmp / "constraints.txt")] + [f"{k}=={v}" for k, v in PINS.items() if k != "torch"],
+             env)
+        tmp.rename(target)
+    return py
+
+
+def _run(cmd: list[str], env: dict) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
+    if proc.returncode != 0:
+        err = proc.stderr + proc.stdout
+        if re.search(r"(?i)connection|resolve|network|unreachable|timed out|no matching distribution", err):
+            raise Unavailable(f"cannot install circuit-tracer's side environment ({' '.join(cmd[-3:])}): "
+                              f"{err.strip()[-300:]}")
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{err[-3000:]}")
+
+
+# ============================================================================= the models, as its stack reads them
+
+ADAPTATIONS = {
+    "rope_theta": "transformers 4.57 reads rope_theta at the top of config.json (and Gemma 3's local base as "
+                  "rope_local_base_freq); transformers 5 writes them under rope_parameters, which 4.57 ignores "
+                  "(it would fall back to its default 10,000)",
+    "tokenizer_class": "transformers 4.57 does not know the tokenizer class TokenizersBackend (transformers 5's name "
+                       "for a tokenizer.json-only tokenizer): PreTrainedTokenizerFast reads the same tokenizer.json",
+    "rotary_base": "TransformerLens 3.2's Llama config is set here from the model's rope_theta explicitly, rather than "
+                   "trusted to its loader (issue 42 found it ignored), and checked equal to what the loader gave",
+}
+"""Each change the side environment needs, with its reason; `adapt_model` applies only these."""
+
+
+@dataclass
+class Adapted:
+    dir: Path
+    tl_name: str | None
+    tl_overrides: dict = field(default_factory=dict)
+    applied: list[str] = field(default_factory=list)
+
+
+def adapt_model(name: str, out: Path) -> Adapted:
+    """A copy of the embedded model's cached directory that transformers 4.57 and TransformerLens 3.2 read: the
+    weights and tokenizer.json linked, config.json and tokenizer_config.json rewritten (`ADAPTATIONS`)."""
+    from interp.embedded import ensure_cached
+
+    src = ensure_cached(name)
+    out.mkdir(parents=True, exist_ok=True)
+    applied = []
+    for f in src.iterdir():
+        if f.name not in ("config.json", "tokenizer_config.json"):
+            (out / f.name).symlink_to(f)
+    cfg = json.loads((src / "config.json").read_text())
+    rope = cfg.get("rope_parameters") or {}
+    if "rope_theta" not in cfg and rope:
+        if "rope_theta" in rope:
+            cfg["rope_theta"] = rope["rope_theta"]
+        else:  # per attention type (Gemma 3)
+            cfg["rope_theta"] = rope["full_attention"]["rope_theta"]
+            cfg["rope_local_base_freq"] = rope["sliding_attention"]["rope_theta"]
+        applied.append("rope_theta")
+    (out / "config.json").write_text(json.dumps(cfg, indent=1))
+    tok = json.loads((src / "tokenizer_config.json").read_text())
+    if tok.get("tokenizer_class") == "TokenizersBackend":
+        tok["tokenizer_class"] = "PreTrainedTokenizerFast"
+        applied.append("tokenizer_class")
+    (out / "tokenizer_config.json").write_text(json.dumps(tok, indent=1))
+    overrides = {}
+    if cfg.get("model_type") == "llama":
+        overrides["rotary_base"] = float(cfg["rope_theta"])
+        applied.append("rotary_base")
+    return Adapted(dir=out, tl_name=TL_NAMES.get(name), tl_overrides=overrides, applied=applied)
+
+
+# ============================================================================= one run of circuit-tracer
+
+
+def run_side(model_name: str | None, set_dir: Path, prompts: list[list[int]], work: Path, *,
+             variants: tuple[str, ...] = ("as_loaded",), k: int = 16, max_feature_nodes: int = 512,
+             batch_size: int = 64, load_only: bool = False, warm: bool = False, timeout: int = 3000) -> dict:
+    """circuit-tracer's graphs of `prompts` (token ids) on `model_name` with the set at `set_dir` loaded by its own
+    loader, once per activation variant (circuit_tracer_side.py): {"result": result.json, "graphs": {variant: [its
+    tensors per prompt]}, "loaded": the weights it read (load_only)}."""
+    from safetensors.torch import load_file
+
+    py = side_python()
+    work.mkdir(parents=True, exist_ok=True)
+    ad = adapt_model(model_name, work / "model") if model_name else Adapted(dir=work, tl_name=None)
+    out = work / "out"
+    job = {"model_dir": str(ad.dir), "tl_name": ad.tl_name, "tl_overrides": ad.tl_overrides,
+           "set_dir": str(Path(set_dir).resolve()), "variants": list(variants), "k": k, "prompts": prompts,
+           "max_feature_nodes": max_feature_nodes, "batch_size": batch_size, "node_threshold": 0.8,
+           "edge_threshold": 0.98, "out": str(out), "load_only": load_only, "warm": warm}
+    (work / "job.json").write_text(json.dumps(job))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+               CIRCUIT_TRACER_CACHE_DIR=str(work / "ct_cache"), HF_HOME=str(work / "hf_home"))
+    proc = subprocess.run([str(py), str(HERE / "circuit_tracer_side.py"), str(work / "job.json")],
+                          capture_output=True, text=True, timeout=timeout, env=env, cwd=work)
+    if proc.returncode != 0:
+        raise RuntimeError(f"circuit-tracer side run failed ({model_name}, {set_dir}):\n"
+                           f"{(proc.stderr + proc.stdout)[-4000:]}")
+    result = json.loads((out / "result.json").read_text())
+    result["adaptations"] = {a: ADAPTATIONS[a] for a in ad.applied}
+    graphs = {v: [load_file(str(out / f"graph_{v}_{i}.safetensors")) for i in range(len(gs))]
+              for v, gs in result.get("graphs", {}).items()}
+    loaded = load_file(str(out / "loaded.safetensors")) if load_only else None
+    return {"result": result, "graphs": graphs, "loaded": loaded}
+
+
+@contextlib.contextmanager
+def workdir():
+    with tempfile.TemporaryDirectory(prefix="ct-compat-") as d:
+        yield Path(d)
+
+
+# ============================================================================= the comparison
+
+
+BLOCKS = ("feature<-feature", "feature<-error", "feature<-embed", "logit<-feature", "logit<-error", "logit<-embed")
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    """||a - b|| / ||b|| (0 when both are empty or zero)."""
+    den = float(b.norm())
+    num = float((a - b).norm())
+    return num / den if den > 0 else (0.0 if num == 0 else float("inf"))
+
+
+def compare(graph, pruned, ct: dict, ct_scores: tuple[float, float]) -> dict:
+    """circuits' graph (and its prune) against circuit-tracer's dense one, node for node: both order nodes as
+    features (layer, position, index), errors (layer-major), embeddings, logits. Returns each edge block's relative
+    difference (Frobenius), the active and attributed feature sets, the pruned nodes and edges, the scores."""
+    from interp_probes.circuits.prune import scores
+
+    A_ct = ct["adjacency"].double()
+    sel_ct = ct["active_features"][ct["selected_features"]]
+    ours = {tuple(r) for r in graph.features.tolist()}
+    theirs = {tuple(r) for r in sel_ct.tolist()}
+    out: dict = {"n_active": graph.n_active, "n_active_ct": int(ct["active_features"].shape[0]),
+                 "n_feat": graph.n_feat, "n_feat_ct": int(sel_ct.shape[0]),
+                 "features_only_here": len(ours - theirs), "features_only_ct": len(theirs - ours),
+                 "logit_tokens_equal": torch.equal(graph.logit_tokens, ct["logit_ids"]),
+                 "logit_probs_rel": _rel(graph.logit_probs.double(), ct["logit_probs"].double())
+                 if graph.n_logit == ct["logit_ids"].shape[0] else float("inf")}
+    same_nodes = ours == theirs and torch.equal(graph.features, sel_ct) and out["logit_tokens_equal"] \
+        and A_ct.shape[0] == graph.n_nodes
+    out["same_nodes"] = bool(same_nodes)
+    rs, cs = scores(graph)
+    out.update(replacement_score=rs, completeness_score=cs, replacement_score_ct=ct_scores[0],
+               completeness_score_ct=ct_scores[1])
+    if not same_nodes:
+        return out
+    A = graph.edges.dense().double()
+    F, L, n = graph.n_feat, graph.n_layers, graph.n_pos
+    rows = {"feature": slice(0, F), "logit": slice(graph.logit_index(0), graph.n_nodes)}
+    cols = {"feature": slice(0, F), "error": slice(F, F + L * n), "embed": slice(F + L * n, F + (L + 1) * n)}
+    blocks = {}
+    for name in BLOCKS:
+        r, c = name.split("<-")
+        blocks[name] = _rel(A[rows[r], cols[c]], A_ct[rows[r], cols[c]])
+    blocks["all"] = _rel(A, A_ct)
+    out["edge_rel"] = blocks
+    edges_here = torch.zeros(graph.n_nodes, graph.n_nodes, dtype=torch.bool)
+    E = graph.edges
+    edges_here[E.target[pruned.edge_mask], E.source[pruned.edge_mask]] = True
+    out["pruned_nodes_equal"] = torch.equal(pruned.node_mask, ct["node_mask"].bool())
+    out["pruned_edges_equal"] = torch.equal(edges_here, ct["edge_mask"].bool())
+    out["n_pruned_nodes"], out["n_pruned_nodes_ct"] = int(pruned.node_mask.sum()), int(ct["node_mask"].sum())
+    out["n_pruned_edges"], out["n_pruned_edges_ct"] = int(pruned.edge_mask.sum()), int(ct["edge_mask"].sum())
+    out["pruned_nodes_common"] = int((pruned.node_mask & ct["node_mask"].bool()).sum())
+    return out
+
+
+def interp_graphs(model, tc, prompts: list[list[int]], *, bos_error: bool = False, max_feature_nodes: int = 512,
+                  batch_size: int = 64) -> list:
+    """circuits' (graph, pruned) of each prompt, with the same budget and batch as `run_side`."""
+    from interp_probes.circuits.graph import attribute
+    from interp_probes.circuits.prune import prune
+
+    out = []
+    for ids in prompts:
+        g = attribute(model, tc, torch.tensor([ids]), bos_error=bos_error, max_feature_nodes=max_feature_nodes,
+                      batch_size=batch_size)
+        out.append((g, prune(g, 0.8, 0.98)))
+    return out
+
+
+GATE_EDGE_REL, GATE_SCORE = 1e-5, 1e-6
+"""The acceptance's tolerances: every edge block's relative difference, and each score's absolute difference."""
+
+
+def cross_check(model, name: str, tc, set_dir: Path, prompts: list[list[int]], work: Path, *,
+                max_feature_nodes: int = 512, batch_size: int = 64) -> tuple[list[dict], dict]:
+    """Every comparison of one (model, set) on `prompts`: circuits' default graph and its bos_error graph against
+    circuit-tracer's. A JumpReLU set is compared with the set as circuit-tracer loads it; a TopK set with
+    circuit-tracer's TopK class followed by ReLU (what the set means here: gated) and with its TopK class alone
+    (0/1 mask, negative values kept: reported). Rows carry `gated` (defaults against the same activation)."""
+    topk = tc.spec.activation == "topk"
+    variants = ("topk_relu", "topk") if topk else ("as_loaded",)
+    side = run_side(name, set_dir, prompts, work, variants=variants, k=tc.spec.k,
+                    max_feature_nodes=max_feature_nodes, batch_size=batch_size)
+    rows = []
+    for bos in (False, True):
+        ours = interp_graphs(model, tc, prompts, bos_error=bos, max_feature_nodes=max_feature_nodes,
+                             batch_size=batch_size)
+        for v in variants:
+            if bos and v == "topk":
+                continue  # one difference at a time
+            for i, (g, pr) in enumerate(ours):
+                r = side["result"]["graphs"][v][i]
+                c = compare(g, pr, side["graphs"][v][i], (r["replacement_score"], r["completeness_score"]))
+                rows.append({"model": name, "set": tc.spec.activation, "ct_activation": v, "bos_error": bos,
+                             "prompt": i, "gated": not bos and v != "topk",
+                             "completeness_rel_err": g.completeness_error(), **c})
+    return rows, side["result"]
+
+
+def failures(row: dict) -> list[str]:
+    """What a gated row misses of the acceptance (empty: node for node the reference's graph)."""
+    bad = []
+    if not row["same_nodes"]:
+        return [f"nodes differ ({row['features_only_here']} features only here, {row['features_only_ct']} only in "
+                f"circuit-tracer; logit tokens equal: {row['logit_tokens_equal']})"]
+    bad += [f"edge block {b}: rel {v:.2e}" for b, v in row["edge_rel"].items() if v > GATE_EDGE_REL]
+    if not row["pruned_nodes_equal"]:
+        bad.append(f"pruned nodes {row['n_pruned_nodes']} vs {row['n_pruned_nodes_ct']}")
+    if not row["pruned_edges_equal"]:
+        bad.append(f"pruned edges {row['n_pruned_edges']} vs {row['n_pruned_edges_ct']}")
+    for s in ("replacement_score", "completeness_score"):
+        if abs(row[s] - row[f"{s}_ct"]) > GATE_SCORE:
+            bad.append(f"{s} {row[s]:.7f} vs {row[f'{s}_ct']:.7f}")
+    return bad
+
+
+def summary(rows: list[dict]) -> dict:
+    """Worst case of each measure over `rows`."""
+    out = {"n": len(rows), "same_nodes": all(r["same_nodes"] for r in rows)}
+    rels = [r["edge_rel"] for r in rows if "edge_rel" in r]
+    if rels:
+        out["edge_rel_max"] = {b: max(r[b] for r in rels) for b in rels[0]}
+    for key in ("pruned_nodes_equal", "pruned_edges_equal"):
+        out[key] = all(r.get(key, False) for r in rows)
+    for s in ("replacement_score", "completeness_score"):
+        out[f"{s}_absdiff_max"] = max(abs(r[s] - r[f"{s}_ct"]) for r in rows)
+    out["completeness_rel_err_max"] = max(r["completeness_rel_err"] for r in rows)
+    return out
