@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ._files import _now, atomic_write_text
+from .errors import Interrupted
 from .store import DEMO_MARKER as MARKER
 
 HEARTBEAT = 15.0
@@ -265,12 +266,12 @@ def stop(proc: subprocess.Popen | None) -> None:
         proc.wait()
 
 
-class _Stop(BaseException):
-    """SIGTERM to the demo outside a run (the runner handles it inside one)."""
+class _Stop(Interrupted):
+    """SIGTERM to the demo outside a run (the runner raises its own Interrupted inside one)."""
 
 
 def _raise_stop(signum, frame):  # pragma: no cover - exercised by a subprocess test
-    raise _Stop()
+    raise _Stop(f"terminated by signal {signum}")
 
 
 def main(names: list[str], size: str, model: str | None, out: Path, app_cmd: tuple[list[str], dict, str] | None,
@@ -308,14 +309,16 @@ def main(names: list[str], size: str, model: str | None, out: Path, app_cmd: tup
             serving = True
         proc.wait()
         return 1 if failed else 0
-    except (KeyboardInterrupt, _Stop):
-        if serving:  # every run ended: Ctrl-C stops the dashboard, as for `interp app`
+    except (KeyboardInterrupt, Interrupted) as e:  # Ctrl-C or SIGTERM (the run in flight reads interrupted)
+        if serving:  # every run ended: it stops the dashboard, as for `interp app`
             sys.stderr.write("interp: dashboard stopped\n")
             return 1 if failed else 0
         if outcomes:
             print(table(outcomes), flush=True)
-        sys.stderr.write(f"interp: demo interrupted after {len(outcomes)} of {len(names)} runs\n")
-        return 130
+        sys.stderr.write(f"interp: demo stopped after {len(outcomes)} of {len(names)} runs\n")
+        if isinstance(e, KeyboardInterrupt):
+            return 130
+        raise  # the CLI's exit status for a signal
     finally:
         marker.unlink(missing_ok=True)
         stop(proc)

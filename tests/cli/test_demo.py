@@ -93,3 +93,48 @@ def test_demo_prints_k_of_n_stages_estimate_and_a_table(model, tmp_path, capsys,
     again = capsys.readouterr().out
     assert re.search(r"\[1/1\] logit_lens: starting \(about \d+ s, from the last run on this machine\)", again), \
         again
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_demo_its_run_and_its_dashboard(tmp_path):
+    """SIGTERM while a run goes: the run reads interrupted, the dashboard (a child process) is stopped, the
+    demo's marker is removed, and the demo exits 143 with the table of what ran."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from interp.store import list_runs
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "artifacts"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    proc = subprocess.Popen([sys.executable, "-m", "interp.cli", "demo", "--size", "micro", "--out", str(out),
+                             "--port", str(port), "logit_lens", "patching"], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    lines = []
+    try:
+        for line in proc.stdout:  # until the second run is under way
+            lines.append(line)
+            if "[2/2] patching: starting" in line:
+                break
+        else:
+            pytest.fail("".join(lines))
+        time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = "".join(lines) + rest
+    assert proc.returncode == 143, text
+    assert "demo stopped after 1 of 2 runs" in text and re.search(r"logit_lens +done", text), text
+    statuses = {r.probe: r.status for r in list_runs(out)}
+    assert statuses == {"logit_lens": "done", "patching": "interrupted"}, statuses
+    assert not running_demo(out) and not (out / ".demo.json").exists()
+    with socket.socket() as s:  # the dashboard's port is free again: its server is gone
+        assert s.connect_ex(("127.0.0.1", port)) != 0, "the dashboard outlived the demo"
