@@ -114,7 +114,9 @@ class ProbeConfig:
     seed: NonNegativeInt = 0
     """Seed of every random choice the probe makes."""
     size: Literal["micro", "quick", "default"] = "default"
-    """micro (<= 20 s), quick (<= 90 s, the tests and demo), default (the method's acceptance size)."""
+    """micro (<= 20 s), quick (the tests and demo: 10 s to a few minutes each alone on 2 CPU cores, more with
+    cold caches or shared cores; measured in the README's demo section), default (the method's acceptance
+    size)."""
     remote: bool = False
     """nnsight backend only: run on a remote NDIF server (key from NDIF_API_KEY)."""
 
