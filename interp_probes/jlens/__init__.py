@@ -10,9 +10,7 @@ the same norm and count.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Literal
 
 from interp.config import ModelLimits, PositiveInt, ProbeConfig, Range
@@ -44,8 +42,10 @@ class JLensConfig(ProbeConfig):
     """The layer the lens transports into (None: the last block's output, before the final norm)."""
     tuned_tokens: Annotated[int, Range(16, 10_000_000)] = 16_384
     """Tokens the tuned lens (the baseline) trains on (from the same corpus as the fit, positions >= 1)."""
-    tuned_steps: Annotated[int, Range(1, 1_000_000)] = 300
+    tuned_steps: Annotated[int, Range(1, 1_000_000)] = 100
     """Optimiser steps of the tuned lens."""
+    tuned_tokens_per_step: Annotated[int, Range(1, 1_000_000)] = 64
+    """Tokens per tuned-lens step (each step unembeds every layer at each of them: the CPU's cost)."""
     n_eval_texts: PositiveInt = 24
     """Held-out wiki-like texts for next-token KL, top-k accuracy and the workspace statistics."""
     eval_seq_len: Annotated[int, Range(8, 8192)] = 64
@@ -76,11 +76,13 @@ class JLensConfig(ProbeConfig):
     """Reuse a fitted Jacobian lens and tuned lens from the lens cache."""
 
     SIZE_PRESETS = {
-        "micro": {"n_fit_prompts": 2, "fit_seq_len": 24, "tuned_tokens": 512, "tuned_steps": 20, "n_eval_texts": 3,
-                  "eval_seq_len": 24, "max_facts": 6, "relations": ("capital",), "n_steer_tokens": 2, "n_ablate": 4,
+        "micro": {"n_fit_prompts": 2, "fit_seq_len": 24, "tuned_tokens": 256, "tuned_steps": 4,
+                  "tuned_tokens_per_step": 16, "n_eval_texts": 2,
+                  "eval_seq_len": 20, "max_facts": 6, "relations": ("capital",), "n_steer_tokens": 2, "n_ablate": 4,
                   "max_intervene": 4, "n_boot": 200},
-        "quick": {"n_fit_prompts": 8, "fit_seq_len": 64, "tuned_tokens": 4096, "tuned_steps": 100,
-                  "n_eval_texts": 8, "eval_seq_len": 48, "max_facts": 24, "n_steer_tokens": 4, "max_intervene": 12,
+        "quick": {"n_fit_prompts": 8, "fit_seq_len": 64, "tuned_tokens": 2048, "tuned_steps": 30,
+                  "tuned_tokens_per_step": 32,
+                  "n_eval_texts": 4, "eval_seq_len": 40, "max_facts": 24, "n_steer_tokens": 4, "max_intervene": 12,
                   "n_boot": 500},
     }
     CONTEXT_FIELDS = ("fit_seq_len", "eval_seq_len")
@@ -94,16 +96,10 @@ class JLensConfig(ProbeConfig):
                               "so a fitting prompt has a valid position")
         if not self.relations:
             raise ConfigError("relations", self.relations, 'a non-empty tuple of "capital", "language"')
-        if self.lens.startswith("jlens:"):
-            spec = self.lens[len("jlens:"):]
-            if spec.count("/") < 2 or not all(spec.split("/")):
-                raise ConfigError("lens", self.lens, "jlens:<owner>/<repo>/<file in it>")
-            if os.environ.get("INTERP_ONLINE") != "1":
-                raise ConfigError("lens", self.lens, "a local lens file: a jlens: lens downloads its file, which "
-                                  "needs the network (set INTERP_ONLINE=1)")
-        elif self.lens != "fit" and not Path(self.lens).exists():
-            raise ConfigError("lens", self.lens, '"fit", a lens file or directory (lens.pt, the reference format) '
-                              "or jlens:<owner>/<repo>/<file>")
+        if self.lens != "fit":
+            from interp.lens import resolve_lens_spec
+
+            resolve_lens_spec(self.lens, "lens")  # one line for a missing file or an offline download
 
     def validate_for_model(self, n_layers: int | None) -> None:
         super().validate_for_model(n_layers)

@@ -19,17 +19,17 @@ def jacobian_lens(model, cfg: JLensConfig, prompts: Sequence[Tensor], progress: 
     if cfg.lens != "fit":
         path = L.resolve_lens_spec(cfg.lens)
         lens = L.load_lens(path, model=model)
-        return lens, {"seconds": 0.0, "cached": True, "path": str(path), "given": True}
-    return L.obtain_jacobian_lens(model, list(prompts), skip_first=cfg.skip_first, max_seq_len=cfg.fit_seq_len,
-                                  target_layer=cfg.target_layer, cache=cfg.cache, progress=progress)
+        return lens, {"cached": True, "fit_seconds": 0.0, "path": str(path), "given": True}
+    settings = {"skip_first": cfg.skip_first, "max_seq_len": cfg.fit_seq_len, "target_layer": cfg.target_layer}
+    if cfg.cache:
+        return L.obtain_jacobian_lens(model, list(prompts), progress=progress, **settings)
+    lens = L.fit_jacobian_lens(model, list(prompts), progress=progress, **settings)
+    return lens, {"cached": False, "fit_seconds": float(lens.metadata.get("fit_seconds", 0.0))}
 
 
 def tuned_lens(model, cfg: JLensConfig, windows: Sequence[Sequence[int]], progress: bool) -> tuple[L.TunedLens, dict]:
-    """The tuned lens (Belrose et al. 2023), trained on `windows` for cfg.tuned_steps steps, cached where the core
-    caches it."""
+    """The tuned lens (Belrose et al. 2023), trained on `windows` for cfg.tuned_steps steps (cached)."""
     ids = torch.tensor([list(w) for w in windows], device=model.device)
     batches = [ids[i:i + 4] for i in range(0, len(ids), 4)]
-    obtain = getattr(L, "obtain_tuned_lens", None)
-    if obtain is not None:
-        return obtain(model, batches, steps=cfg.tuned_steps, seed=cfg.seed, cache=cfg.cache, progress=progress)
-    return L.fit_tuned_lens(model, batches, steps=cfg.tuned_steps, seed=cfg.seed, progress=progress), {"cached": False}
+    settings = {"steps": cfg.tuned_steps, "tokens_per_step": cfg.tuned_tokens_per_step, "seed": cfg.seed}
+    return L.obtain_tuned_lens(model, batches, progress=progress, cache=cfg.cache, **settings)

@@ -51,10 +51,11 @@ def gram_of(unembed: Float[Tensor, "vocab d_model"]) -> Float[Tensor, "d_model d
 
 
 def participation_ratio(gram: Float[Tensor, "d d"], matrix: Float[Tensor, "d d"]) -> float:
-    """Effective dimensionality of U M from G = U^T U: (sum s^2)^2 / sum s^4, s the singular values of U M."""
+    """Effective dimensionality of U M from G = U^T U: (sum s^2)^2 / sum s^4, s the singular values of U M. With
+    S = M^T G M (symmetric, eigenvalues s^2): sum s^2 = tr S and sum s^4 = |S|_F^2, so no eigendecomposition."""
     m = matrix.float().to(gram.device)
-    s2 = torch.linalg.eigvalsh((m.T @ gram.float() @ m).double()).clamp_min(0)
-    return float(s2.sum() ** 2 / s2.pow(2).sum().clamp_min(1e-300))
+    s = (m.T @ gram.float() @ m).double()
+    return float(torch.trace(s) ** 2 / s.pow(2).sum().clamp_min(1e-300))
 
 
 def linear_cka(x: Float[Tensor, "n d"], y: Float[Tensor, "n d"]) -> float:
