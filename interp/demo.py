@@ -33,6 +33,8 @@ from .store import DEMO_MARKER as MARKER
 
 HEARTBEAT = 15.0
 """Seconds of a stage without a line before the demo prints where it is."""
+STAGE_EVERY = 5.0
+"""Seconds between two lines for stages a run has been in before (a loop whose body has stages of its own)."""
 
 
 @dataclass
@@ -123,6 +125,7 @@ class Lines:
         self.k, self.probe, self.t0, self.expect = 0, "", 0.0, None
         self.stage: str | None = None
         self.step: tuple[Any, Any] = (None, None)
+        self.shown: set[str] = set()
         self.last = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="interp-demo-lines", daemon=True)
@@ -134,7 +137,7 @@ class Lines:
 
     def begin(self, k: int, probe: str, expect: tuple[float, str] | None) -> None:
         self.k, self.probe, self.expect, self.t0 = k, probe, expect, time.monotonic()
-        self.stage, self.step = None, (None, None)
+        self.stage, self.step, self.shown = None, (None, None), set()
         guess = f" (about {fmt_seconds(expect[0])}, from the {expect[1]} on this machine)" if expect else ""
         self.say(f"[{k}/{self.n}] {probe}: starting{guess}")
 
@@ -156,12 +159,14 @@ class Lines:
         return f"[{self.k}/{self.n}] {self.probe}: {where} · {fmt_seconds(elapsed)}{left}"
 
     def record(self, run_dir, record: dict[str, Any]) -> None:
-        """A progress listener: a line when the stage changes."""
+        """A progress listener: a line when the stage changes (a stage the run was in before, as a loop's stage
+        between the stages of its body, only once `STAGE_EVERY` seconds passed since the last line)."""
         if not self.probe or self.quiet:
             return
         changed = record.get("stage") != self.stage
         self.stage, self.step = record.get("stage"), (record.get("step"), record.get("total"))
-        if changed and self.stage:
+        if changed and self.stage and (self.stage not in self.shown or time.monotonic() - self.last >= STAGE_EVERY):
+            self.shown.add(self.stage)
             self.say(self.line())
 
     def _beat(self) -> None:

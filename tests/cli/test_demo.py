@@ -66,6 +66,28 @@ def test_an_inner_stage_gives_the_loop_its_step_back(tmp_path):
     assert [(r["stage"], r["step"], r["total"]) for r in after] == [("runs", 0, 2), ("runs", 1, 2)], after
 
 
+def test_progress_lines(monkeypatch):
+    """[k/n] probe: stage step/total · elapsed of about the estimate; a stage seen before (a loop's, between the
+    stages of its body) gets no new line within STAGE_EVERY seconds; the end line has status, seconds, headline."""
+    import io
+
+    from interp import demo
+
+    buf = io.StringIO()
+    lines = demo.Lines(11, file=buf)
+    lines.begin(3, "atoms", (50.0, "last run"))
+    for stage, step in [("collect", None), ("runs", 0), ("fine-tune", None), ("runs", 1), ("fine-tune", None)]:
+        lines.record(None, {"stage": stage, "step": step, "total": 3 if step is not None else None})
+    lines.end(demo.Outcome("atoms", "done", 61.2, "r2=0.9"))
+    got = buf.getvalue().splitlines()
+    assert got[0] == "[3/11] atoms: starting (about 50 s, from the last run on this machine)", got
+    assert re.fullmatch(r"\[3/11\] atoms: collect · 0 s of about 50 s", got[1]), got
+    assert re.fullmatch(r"\[3/11\] atoms: runs 0/3 · 0 s of about 50 s", got[2]), got
+    assert re.fullmatch(r"\[3/11\] atoms: fine-tune · 0 s of about 50 s", got[3]), got
+    assert got[4:] == ["[3/11] atoms: done in 1 m 01 s · r2=0.9"], got
+    assert demo.headline({"top": " Paris", "r2": 0.91234, "xs": [1, 2], "ok": True}) == "top=Paris, r2=0.9123, ok=true"
+
+
 @pytest.mark.slow
 def test_demo_prints_k_of_n_stages_estimate_and_a_table(model, tmp_path, capsys, monkeypatch):
     """`interp demo --no-app --size micro`: "[1/2] probe: starting", a line per stage, a closing table with each
