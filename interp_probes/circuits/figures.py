@@ -1,11 +1,13 @@
-"""circuits figures: the pruned graph (layers up, positions across), transcoder quality, the ablation test.
+"""circuits figures: the pruned graph as Neuronpedia's viewer draws it (token columns, layers up, the strongest
+edges), a feature's contexts as text, the weak-transcoder checks, transcoder quality, the ablation test.
 
 Artifacts (interp_probes/circuits): ``graph.safetensors`` (the edge list: edge_index (target, source) and
 edge_weight; unattributed inputs, features (layer, pos, index), activations, the pruned graph's node mask and edge
 mask (over the list), influence, logit tokens and probabilities, tokens),
 ``graph_meta.json`` (n_layers, n_pos, n_feat, str_tokens, logit_strs), ``transcoder_quality.parquet`` (per
 layer: fve, l0, dead_fraction, loss_zero, loss_spliced, recovered), ``ablations.parquet`` (prompt, k,
-selection, predicted, observed, observed_frozen), ``feature_contexts.parquet``.
+selection, predicted, observed, observed_frozen), ``feature_contexts.parquet`` (layer, feature, rank, activation,
+tokens, values, at) and ``feature_logits.parquet``.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ WEAK = (("fve_mean", "<", 0.6, "variance of the MLP outputs explained (FVE, mean
         ("replacement_score", "<", 0.3, "replacement score (influence reaching the logits through features, "
          "not error nodes)", "{:.2f}"))
 """Transcoder checks the page warns on: (metric, direction, threshold, what it is, format). The default size on
-SmolLM2 measured FVE 0.70, 16 % dead, 0.85 recovered (worst layer 0.67); quick: 0.34, 43 %, 0.47 (-3.26), 0.17."""
+SmolLM2 measured FVE 0.70, 16 % dead, 0.85 recovered, worst layer 0.67 (README, 2026-12-05; its replacement score
+is not recorded there, so 0.3 is a guess between quick's 0.17 and a good set's); quick: 0.34, 43 %, 0.47, -3.26,
+0.17 (tests/golden)."""
 
 _PIECES = {"▁": " ", "Ġ": " ", "Ċ": "\n", "ĉ": "\t"}  # SentencePiece's and byte-level BPE's whitespace markers
 _SHOWN = {"\n": "↵", "\t": "→", "\r": "↵"}

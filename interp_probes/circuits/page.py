@@ -16,7 +16,7 @@ from interp_probes.circuits import figures as F
 
 #: Where to get better transcoders, by the run's size (train only) and always.
 BETTER_DEFAULT = ("`interp run circuits` without `--size` trains the default set (1,152 features a layer on 100k "
-                  "tokens: about 16 minutes on 2 CPU cores, once; it is cached after)")
+                  "tokens held in a 6.9 GB buffer: about 16 minutes on 2 CPU cores, once; it is cached after)")
 BETTER_PRETRAINED = ("`interp run circuits --set transcoders=DIR` loads a pretrained set (a directory written by "
                      "`interp.sae.save_transcoders` or by circuit-tracer; with `INTERP_ONLINE=1` also "
                      "`saelens:<release>/<id with {l}>` or `circuit-tracer:<owner>/<repository>`)")
