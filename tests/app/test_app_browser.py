@@ -264,7 +264,7 @@ def test_circuits_click_on_a_feature_shows_its_contexts(runs, server, browser, t
     points = browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot g.scatterlayer g.trace")[k].find_elements(
         By.CSS_SELECTOR, "path.point")
     ActionChains(browser).move_to_element(points[j]).click().perform()
-    wait_for_text(browser, f"Feature {feature} in layer {layer}")
+    wait_for_text(browser, f"Feature {feature} in layer {layer}", timeout=120)  # a rerun on a busy machine
     want = ctx[(ctx.layer == layer) & (ctx.feature == feature)].sort_values("rank")
     kept = wait_for(browser, ".circuits-contexts span.tok.kept", len(want))
     deadline = time.monotonic() + 60
