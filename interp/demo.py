@@ -190,16 +190,23 @@ class Lines:
 # ----------------------------------------------------------------------------- the runs
 
 
-def run_probes(names: list[str], size: str, model: str | None, out: Path, lines: Lines, progress: bool = False,
+def prepare_all(names: list[str], size: str, model: str | None) -> list[tuple[Any, Any]]:
+    """(spec, cfg) of every probe at `size`, all validated (torch-free) before anything starts: a typo fails at
+    once, before the dashboard or any run."""
+    from .runner import prepare
+
+    return [prepare(name, {"size": size, **({"model": model} if model else {})}) for name in names]
+
+
+def run_probes(prepared: list[tuple[Any, Any]], out: Path, lines: Lines, progress: bool = False,
                outcomes: list[Outcome] | None = None) -> list[Outcome]:
-    """Run each probe at `size` in turn (validated first, all of them, so a typo fails before any run), with the
-    progress lines; a failed run is recorded and the demo goes on. KeyboardInterrupt ends it. Each outcome is
-    appended to `outcomes` as it comes (the caller's list keeps them when a run is interrupted)."""
+    """Run each prepared (spec, cfg) in turn with the progress lines; a failed run is recorded and the demo goes
+    on. KeyboardInterrupt ends it. Each outcome is appended to `outcomes` as it comes (the caller's list keeps
+    them when a run is interrupted)."""
     from .config import config_hash
-    from .runner import execute, prepare
+    from .runner import execute
     from .store import load_run
 
-    prepared = [prepare(name, {"size": size, **({"model": model} if model else {})}) for name in names]
     outcomes = [] if outcomes is None else outcomes
     for k, (spec, cfg) in enumerate(prepared, 1):
         lines.begin(k, spec.name, estimate(out, spec.name, cfg, config_hash(spec.name, cfg)))
@@ -284,6 +291,7 @@ def main(names: list[str], size: str, model: str | None, out: Path, app_cmd: tup
     """The demo: `app_cmd` (command, environment, URL) serves the dashboard from the start; None runs and returns.
     `quiet`: a line as each run starts and ends, none within a run.
     Exit status 0 when every run is done, 1 when one failed, 130 when interrupted."""
+    prepared = prepare_all(names, size, model)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     proc, serving, outcomes = None, False, []
@@ -302,7 +310,7 @@ def main(names: list[str], size: str, model: str | None, out: Path, app_cmd: tup
                 threading.Thread(target=wait_up, args=(url, proc, lines, log), daemon=True).start()
             else:
                 lines.say(f"{len(names)} {size} runs under {out}")
-            run_probes(names, size, model, out, lines, outcomes=outcomes)
+            run_probes(prepared, out, lines, outcomes=outcomes)
             marker.unlink(missing_ok=True)
             print(table(outcomes), flush=True)
             failed = [o.probe for o in outcomes if o.status != "done"]

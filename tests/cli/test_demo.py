@@ -160,3 +160,16 @@ def test_sigterm_stops_the_demo_its_run_and_its_dashboard(tmp_path):
     assert not running_demo(out) and not (out / ".demo.json").exists()
     with socket.socket() as s:  # the dashboard's port is free again: its server is gone
         assert s.connect_ex(("127.0.0.1", port)) != 0, "the dashboard outlived the demo"
+
+
+def test_a_typo_fails_before_the_dashboard_or_any_run(tmp_path):
+    """Every probe is validated first: a wrong name exits 2 with one line, and nothing starts (no artifacts root,
+    no dashboard)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "artifacts"
+    r = subprocess.run([sys.executable, "-m", "interp.cli", "demo", "--out", str(out), "logit_lens", "nosuchprobe"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "nosuchprobe" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "dashboard" not in r.stdout and not out.exists(), r.stdout
