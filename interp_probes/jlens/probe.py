@@ -45,7 +45,7 @@ def run(cfg: JLensConfig, ctx: RunContext) -> None:
     with ctx.timed("tuned"):
         tl, tinfo = tuned_lens(model, cfg, tuned_ids, ctx.progress)
     ctx.log_timings(lens_cached=bool(info.get("cached")), tuned_cached=bool(tinfo.get("cached")),
-                    seconds_lens_fit_recorded=info.get("seconds"))
+                    seconds_lens_fit=info.get("fit_seconds"), seconds_tuned_fit=tinfo.get("fit_seconds"))
     lenses = {"logit": LogitLens(n_layers), "tuned": tl, "jacobian": jl}
     transports = {name: lens.transport for name, lens in lenses.items()}
     n_read = jl.target_layer + 1  # layers every lens reads: the J-lens reads none above its target

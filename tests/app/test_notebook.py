@@ -1,6 +1,6 @@
 """docs/notebook.ipynb executed in a Jupyter kernel (nbclient) on the embedded model, then rendered to HTML
 (nbconvert): the run, the sweep and the run list render as HTML with their figures, the CircuitsVis view is
-inline, and the feature dashboard's highlighted contexts show the searched token."""
+inline, the feature dashboard's highlighted contexts show the searched token, and a lens readout shows its grid."""
 
 from __future__ import annotations
 
@@ -45,6 +45,10 @@ def test_the_docs_notebook_executes_and_renders(tmp_path, monkeypatch):
     assert ctx and 'class="tok center"' in ctx[0]
     center = ctx[0].split('class="tok center"', 1)[1].split(">", 1)[1].split("<", 1)[0]
     assert center.strip().lower() == "the", f"the highlighted token is {center!r}, not the searched 'the'"
+
+    lens_html = html_outputs(code[7])
+    assert lens_html and 'class="interp-lens-readout"' in lens_html[0] and "plotly-graph-div" in lens_html[0], \
+        "the lens readout did not render as its grid"
 
     body, _ = HTMLExporter(template_name="classic").from_notebook_node(nb)
     out = tmp_path / "notebook.html"
