@@ -32,9 +32,12 @@ class JLensConfig(ProbeConfig):
     lens: str = "fit"
     """"fit": fit the Jacobian lens here on the built-in wiki-like text (cached by model, data and settings); a lens
     file or directory in the reference format (lens.pt); or jlens:<hub repo>/<file> (downloads: INTERP_ONLINE=1)."""
-    n_fit_prompts: Annotated[int, Range(1, 100_000)] = 64
-    """Fitting prompts (wiki-like paragraphs of the built-in corpus, chosen by the seed)."""
-    fit_seq_len: Annotated[int, Range(4, 8192)] = 128
+    n_fit_prompts: Annotated[int, Range(1, 100_000)] = 16
+    """Fitting prompts (wiki-like paragraphs of the built-in corpus, chosen by the seed). The fit costs about
+    d_model x tokens x 2 x parameters FLOPs (a backward pass per output dimension): 16 x 64 tokens on smollm2-135m
+    is ~160 TFLOP, an hour or more on 2 CPU cores and seconds on a GPU; published lenses used 100-1000 prompts of
+    128 tokens."""
+    fit_seq_len: Annotated[int, Range(4, 8192)] = 64
     """Tokens per fitting prompt at most (the reference's max_seq_len), BOS first where the tokenizer adds one."""
     skip_first: Annotated[int, Range(0, 8192)] = 16
     """First valid source/target position of the fit (earlier ones are attention sinks)."""
@@ -76,11 +79,11 @@ class JLensConfig(ProbeConfig):
     """Reuse a fitted Jacobian lens and tuned lens from the lens cache."""
 
     SIZE_PRESETS = {
-        "micro": {"n_fit_prompts": 2, "fit_seq_len": 24, "tuned_tokens": 256, "tuned_steps": 4,
+        "micro": {"n_fit_prompts": 1, "fit_seq_len": 20, "tuned_tokens": 256, "tuned_steps": 4,
                   "tuned_tokens_per_step": 16, "n_eval_texts": 2,
                   "eval_seq_len": 20, "max_facts": 6, "relations": ("capital",), "n_steer_tokens": 2, "n_ablate": 4,
                   "max_intervene": 4, "n_boot": 200},
-        "quick": {"n_fit_prompts": 8, "fit_seq_len": 64, "tuned_tokens": 2048, "tuned_steps": 30,
+        "quick": {"n_fit_prompts": 2, "fit_seq_len": 32, "tuned_tokens": 2048, "tuned_steps": 30,
                   "tuned_tokens_per_step": 32,
                   "n_eval_texts": 4, "eval_seq_len": 40, "max_facts": 24, "n_steer_tokens": 4, "max_intervene": 12,
                   "n_boot": 500},

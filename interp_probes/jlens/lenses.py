@@ -20,11 +20,8 @@ def jacobian_lens(model, cfg: JLensConfig, prompts: Sequence[Tensor], progress: 
         path = L.resolve_lens_spec(cfg.lens)
         lens = L.load_lens(path, model=model)
         return lens, {"cached": True, "fit_seconds": 0.0, "path": str(path), "given": True}
-    settings = {"skip_first": cfg.skip_first, "max_seq_len": cfg.fit_seq_len, "target_layer": cfg.target_layer}
-    if cfg.cache:
-        return L.obtain_jacobian_lens(model, list(prompts), progress=progress, **settings)
-    lens = L.fit_jacobian_lens(model, list(prompts), progress=progress, **settings)
-    return lens, {"cached": False, "fit_seconds": float(lens.metadata.get("fit_seconds", 0.0))}
+    return L.obtain_jacobian_lens(model, list(prompts), progress=progress, cache=cfg.cache, skip_first=cfg.skip_first,
+                                  max_seq_len=cfg.fit_seq_len, target_layer=cfg.target_layer)
 
 
 def tuned_lens(model, cfg: JLensConfig, windows: Sequence[Sequence[int]], progress: bool) -> tuple[L.TunedLens, dict]:

@@ -16,7 +16,7 @@ from interp import run_with_cache
 from interp.context import RunContext
 from interp.data import bos_id
 from interp.errors import ConfigError
-from interp.lens import LogitLens, save_lens
+from interp.lens import LogitLens
 from interp.sites import Site
 
 from . import JLensConfig
@@ -246,15 +246,11 @@ def swap_pairs(tok, prompts: list[TwoHop], rng: np.random.Generator):
 
 
 def save_lens_file(ctx: RunContext, jl) -> None:
-    """lens.pt in the reference format (float32) where the run writer takes it, else the matrices as safetensors."""
-    if hasattr(ctx, "save_lens"):
-        ctx.save_lens("lens", jl)
-        return
-    if hasattr(ctx.writer, "save_file"):
-        ctx.writer.save_file("lens.pt", lambda p: save_lens(jl, p, dtype=torch.float32))
-        return
-    ctx.save_tensors("lens_matrices", {f"J_{layer}": m for layer, m in jl.J.items()},
-                     metadata={"n_prompts": str(jl.n_prompts), "target_layer": str(jl.target_layer)})
+    """The lens's matrices (J_<layer>, float32) with the reference file's other keys as metadata. A run writer takes
+    only safetensors, parquet and JSON: `interp.lens.save_lens` makes the reference's lens.pt from them."""
+    meta = {"n_prompts": str(jl.n_prompts), "source_layers": ",".join(map(str, jl.source_layers)),
+            "d_model": str(jl.d_model), "target_layer": str(jl.target_layer)}
+    ctx.save_tensors("lens_matrices", {f"J_{layer}": m.float() for layer, m in jl.J.items()}, metadata=meta)
 
 
 def _mid(n_layers: int) -> slice:

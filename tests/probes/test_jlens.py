@@ -5,7 +5,6 @@ the page draws and the files a refit with the reference code needs."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 import interp_probes.jlens  # noqa: F401  (registers the probe where the installed entry points predate it)
 
@@ -56,7 +55,7 @@ def test_the_fit_prompts_are_stored_for_a_refit(quick):
     ids = quick.tensor_file("fit_tokens")["input_ids"]
     assert ids.shape == (quick.config["n_fit_prompts"], quick.config["fit_seq_len"])
     assert quick.timings.get("seconds_fit") is not None
-    if (quick.path / "lens.pt").exists():
-        d = torch.load(quick.path / "lens.pt", weights_only=True)
-        assert set(d) >= {"J", "n_prompts", "source_layers", "d_model"}
-        assert all(v.dtype == torch.float32 for v in d["J"].values())
+    mats = quick.tensor_file("lens_matrices")
+    n = quick.metrics["target_layer"]
+    assert sorted(mats) == sorted(f"J_{layer}" for layer in range(n)), sorted(mats)
+    assert all(v.shape == (576, 576) and str(v.dtype) == "float32" for v in mats.values())
