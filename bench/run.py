@@ -62,9 +62,10 @@ BENCHMARKS = {
     "transcoder_buffer": _lazy("circuits", "transcoder_buffer"),
     "gpu": _lazy("gpu", "gpu"),
     "quick": _lazy("quick", "quick_runs"),
+    "jlens": _lazy("jlens", "jlens_fit"),
 }
 #: Benchmarks that run only when named with --only (each longer than the default suite can hold)
-OPT_IN = {"quick"}
+OPT_IN = {"quick", "jlens"}
 
 
 def verdict(ok: bool | None) -> str:

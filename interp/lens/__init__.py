@@ -28,6 +28,7 @@ _LAZY = {
     "load_lens": "io",
     "check_lens_for": "io",
     "obtain_jacobian_lens": "cache",
+    "obtain_tuned_lens": "cache",
     "lens_cache_key": "cache",
     "resolve_lens_spec": "cache",
 }

@@ -31,13 +31,13 @@ def lens_cache_key(model_info: Any, prompts: Sequence[Any], settings: dict[str, 
     that decide the matrices (layers, skip_first, max_seq_len; not the batch or the checkpoint)."""
     from .jacobian import prompts_sha256
 
-    max_len = int(settings.get("max_seq_len", 128))
+    cut = settings.get("max_seq_len")
     blob = {
         "version": CACHE_VERSION,
         "model": getattr(model_info, "name", None),
         "weights": getattr(model_info, "weights_sha256", None),
         "dtype": str(dtype),
-        "prompts": prompts_sha256([p[:max_len] for p in prompts]),
+        "prompts": prompts_sha256([p[:int(cut)] for p in prompts] if cut else list(prompts)),
         "settings": {k: settings[k] for k in sorted(settings) if k not in ("batch", "checkpoint", "progress")},
     }
     return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()
@@ -49,21 +49,23 @@ def cache_dir(key: str) -> Path:
     return cache_root() / "lenses" / key[:24]
 
 
-def obtain_jacobian_lens(model: Any, prompts: Sequence[Any], *, progress: bool = True, **settings: Any):
+def obtain_jacobian_lens(model: Any, prompts: Sequence[Any], *, progress: bool = True, cache: bool = True,
+                         **settings: Any):
     """(lens, info): the Jacobian lens of `model` on `prompts` (token ids) with `settings` (those of
     `fit_jacobian_lens`: source_layers, target_layer, skip_first, max_seq_len, batch) from the cache, fitted on a
-    miss. info: {"cached": bool, "seconds": this call's, "fit_seconds": the fit's own, "key", "path"}."""
+    miss (`cache=False`: fitted, the cache neither read nor written). info: {"cached": bool, "seconds": this
+    call's, "fit_seconds": the fit's own, "key", "path"}."""
     import torch
 
     from .._files import atomic_dir
     from .io import load_lens, save_lens
-    from .jacobian import MAX_SEQ_LEN, SKIP_FIRST, _Net, check_layers, fit_jacobian_lens
+    from .jacobian import MAX_SEQ_LEN, SKIP_FIRST, FitModel, check_layers, fit_jacobian_lens
 
     t0 = time.perf_counter()
     unknown = set(settings) - {"source_layers", "target_layer", "skip_first", "max_seq_len", "batch"}
     if unknown:
         raise ConfigError("settings", sorted(unknown), "source_layers, target_layer, skip_first, max_seq_len, batch")
-    net = _Net(model)
+    net = FitModel(model)
     sources, target = check_layers(settings.get("source_layers"), settings.get("target_layer"), net.n_layers)
     norm = {"source_layers": sources, "target_layer": target,
             "skip_first": int(settings.get("skip_first", SKIP_FIRST)),
@@ -72,6 +74,10 @@ def obtain_jacobian_lens(model: Any, prompts: Sequence[Any], *, progress: bool =
     key = lens_cache_key(getattr(model, "info", None), ids, norm, net.dtype)
     path = cache_dir(key)
     file = path / "lens.safetensors"
+    if not cache:
+        lens = fit_jacobian_lens(model, ids, **norm, batch=settings.get("batch"), progress=progress)
+        return lens, {"cached": False, "seconds": time.perf_counter() - t0,
+                      "fit_seconds": float(lens.metadata.get("fit_seconds", 0.0)), "key": key, "path": None}
     if file.is_file():
         lens = load_lens(file, model)
         return lens, {"cached": True, "seconds": time.perf_counter() - t0,
@@ -83,6 +89,46 @@ def obtain_jacobian_lens(model: Any, prompts: Sequence[Any], *, progress: bool =
     ckpt.unlink(missing_ok=True)
     return lens, {"cached": False, "seconds": time.perf_counter() - t0,
                   "fit_seconds": float(lens.metadata.get("fit_seconds", 0.0)), "key": key, "path": str(file)}
+
+
+def obtain_tuned_lens(model: Any, batches: Sequence[Any], *, progress: bool = True, cache: bool = True,
+                      **settings: Any):
+    """(lens, info): the tuned lens of `model` trained on `batches` (token id tensors or model.tokenize dicts)
+    with `settings` (those of `fit_tuned_lens`: steps, lr, tokens_per_step, skip_first, seed) from the cache
+    (`cache_root()/lenses/tuned-<key>/tuned.safetensors`), trained on a miss; info as `obtain_jacobian_lens`'s."""
+    import torch
+
+    from .._files import atomic_dir
+    from .tuned import TunedLens, fit_tuned_lens
+
+    t0 = time.perf_counter()
+    allowed = {"steps", "lr", "tokens_per_step", "skip_first", "seed"}
+    if set(settings) - allowed:
+        raise ConfigError("settings", sorted(set(settings) - allowed), ", ".join(sorted(allowed)))
+    batches = list(batches)
+    ids, masks = [], []
+    for b in batches:
+        if isinstance(b, dict):
+            ids.append(torch.as_tensor(b["input_ids"]).reshape(-1))
+            m = b.get("attention_mask")
+            masks.append(torch.ones_like(ids[-1]) if m is None else torch.as_tensor(m).reshape(-1))
+        else:
+            ids.append(torch.as_tensor(b).reshape(-1))
+            masks.append(torch.ones_like(ids[-1]))
+    dtype = next(model.hf.parameters()).dtype
+    key = "tuned-" + lens_cache_key(model.info, ids + masks, {"kind": "tuned", "n_batches": len(ids), **settings},
+                                    dtype)
+    file = cache_dir(key) / "tuned.safetensors"
+    if cache and file.is_file():
+        lens = TunedLens.load(file, model)
+        return lens, {"cached": True, "seconds": time.perf_counter() - t0,
+                      "fit_seconds": float(lens.metadata.get("fit_seconds", 0.0)), "key": key, "path": str(file)}
+    lens = fit_tuned_lens(model, batches, progress=progress, **settings)
+    lens.metadata["fit_seconds"] = time.perf_counter() - t0
+    if cache:
+        atomic_dir(file.parent, lambda tmp: lens.save(tmp / "tuned.safetensors"))
+    return lens, {"cached": False, "seconds": time.perf_counter() - t0, "fit_seconds": lens.metadata["fit_seconds"],
+                  "key": key, "path": str(file) if cache else None}
 
 
 def resolve_lens_spec(spec: str, field: str = "lens") -> Path:
@@ -119,4 +165,5 @@ def resolve_lens_spec(spec: str, field: str = "lens") -> Path:
     raise ConfigError(field, spec, WHAT + " (no such path)")
 
 
-__all__ = ["CACHE_VERSION", "cache_dir", "lens_cache_key", "obtain_jacobian_lens", "resolve_lens_spec"]
+__all__ = ["CACHE_VERSION", "cache_dir", "lens_cache_key", "obtain_jacobian_lens", "obtain_tuned_lens",
+           "resolve_lens_spec"]

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import inspect
 import json
 import math
 import time
@@ -155,7 +156,7 @@ def _with_output(out: Any, x: Tensor) -> Any:
     return (x, *out[1:]) if isinstance(out, tuple) else type(out)([x, *out[1:]])
 
 
-class _Net:
+class FitModel:
     """The model as the fit sees it: its blocks, a forward that fires them, and whether a prefix can be cached."""
 
     def __init__(self, model: Any):
@@ -172,6 +173,8 @@ class _Net:
             self.params = list(hf.parameters())
             self.cached = True
             self.run_forward = None
+            params = inspect.signature(self.base.forward).parameters
+            self.cache_kw = "cache" if "cache" in params else "past_key_values"  # transformers >= 5.2x: cache
         else:
             missing = [a for a in ("n_layers", "d_model", "layers", "forward") if not hasattr(model, a)]
             if missing:
@@ -232,7 +235,7 @@ class _Net:
             elif cache is None:
                 self.base(input_ids=ids, use_cache=False)
             else:
-                self.base(input_ids=ids, past_key_values=cache, use_cache=True)
+                self.base(input_ids=ids, **{self.cache_kw: cache}, use_cache=True)
         except _Stop:
             pass
 
@@ -289,7 +292,7 @@ def prompts_sha256(prompts: Sequence[Tensor]) -> str:
 
 
 def jacobian_for_prompt(
-    net: _Net, ids: Int[Tensor, " pos"], sources: Sequence[int], target: int, skip_first: int, k: int
+    net: FitModel, ids: Int[Tensor, " pos"], sources: Sequence[int], target: int, skip_first: int, k: int
 ) -> dict[int, Float[Tensor, "d_model d_model"]]:
     """One prompt's J_l for every source layer (float32, CPU): one forward of k replicas, ceil(d_model / k)
     backward passes of k one-hot cotangents each (replica b carries dimension start + b at every valid target
@@ -313,7 +316,7 @@ def jacobian_for_prompt(
     return out
 
 
-def _auto_batch(net: _Net, longest: int, sources: Sequence[int], target: int) -> int:
+def _auto_batch(net: FitModel, longest: int, sources: Sequence[int], target: int) -> int:
     """Replicas per backward pass: CPU_BATCH on a CPU; on a GPU as many as half the free memory holds, by a
     generous estimate of what one replica's graph keeps (block outputs, attention and MLP intermediates)."""
     if net.device.type != "cuda":
@@ -376,7 +379,7 @@ def fit_jacobian_lens(
     safetensors file written every `checkpoint_every` prompts and resumed from when it exists (same settings and
     prompts, else ConfigError); a resumed fit equals the uninterrupted one bit for bit. Prompts with no valid
     position are skipped (a DataWarning says how many); a fit where none has one is a ConfigError."""
-    net = _Net(model)
+    net = FitModel(model)
     sources, target = check_layers(source_layers, target_layer, net.n_layers)
     if skip_first < 0:
         raise ConfigError("skip_first", skip_first, "a count >= 0")
@@ -449,5 +452,5 @@ def n_backward_passes(d_model: int, batch: int) -> int:
     return math.ceil(d_model / batch)
 
 
-__all__ = ["CPU_BATCH", "MAX_SEQ_LEN", "SKIP_FIRST", "JacobianLens", "check_layers", "fit_jacobian_lens",
-           "jacobian_for_prompt", "merge_lenses", "prompts_sha256"]
+__all__ = ["CPU_BATCH", "MAX_SEQ_LEN", "SKIP_FIRST", "FitModel", "JacobianLens", "check_layers",
+           "fit_jacobian_lens", "jacobian_for_prompt", "merge_lenses", "prompts_sha256"]

@@ -133,7 +133,8 @@ def definition(hf, ids: torch.Tensor, sources: list[int], target: int, skip_firs
     """Row i of J_l = mean over p in V of sum over p' in V, p' >= p of d h_target[p', i] / d h_l[p, :], with
     V = skip_first .. n-2: one forward of the whole prompt, one backward per output dimension i (a one-hot at i at
     every valid target position), float64 sums."""
-    layers = hf.model.layers
+    base = hf.model if hasattr(hf, "model") else hf.transformer
+    layers = base.layers if hasattr(base, "layers") else base.h
     acts = {}
 
     def keep(layer):
@@ -150,7 +151,7 @@ def definition(hf, ids: torch.Tensor, sources: list[int], target: int, skip_firs
     handles = [layers[ly].register_forward_hook(keep(ly)) for ly in [*sources, target]]
     try:
         with torch.enable_grad():
-            hf.model(input_ids=ids[None], use_cache=False)
+            base(input_ids=ids[None], use_cache=False)
     finally:
         for h in handles:
             h.remove()
@@ -218,3 +219,17 @@ def test_transport_convention_and_identity_at_the_target():
     assert lens.transport(2, h) is h and lens.layers() == [0, 1, 2]
     with pytest.raises(ConfigError, match="layer"):
         lens.transport(3, h)
+
+
+@pytest.mark.parametrize("family", ["gemma3_text", "gpt2"])
+def test_equals_the_definition_on_other_families(family_dirs, family):
+    """Gemma 3 (sliding-window layers in the KV cache of the first positions) and GPT-2 (learned positions)."""
+    from interp.models import load_model
+
+    model = load_model(str(family_dirs(family)), device="cpu")
+    ids = torch.randint(5, 1000, (26,), generator=torch.Generator().manual_seed(2))
+    lens = fit_jacobian_lens(model, [ids], source_layers=[1, 2], skip_first=6, progress=False)
+    want = definition(model.hf, ids, [1, 2], 3, 6)
+    for ly in (1, 2):
+        rel = ((lens.J[ly].double() - want[ly]).norm() / want[ly].norm()).item()
+        assert rel < 1e-5, f"{family} J_{ly}: rel Frobenius {rel:.2e} against the definition"

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from interp.errors import ConfigError
-from interp.lens import LogitLens, TunedLens, fit_tuned_lens
+from interp.lens import LogitLens, TunedLens, obtain_tuned_lens
 from interp_probes.logit_lens.probe import decode, read_residuals
 
 
@@ -42,14 +42,18 @@ def _kl(model, lens, resid):
     return out
 
 
-def test_tuned_lens_beats_the_logit_lens_on_held_out_text(family_dirs, tmp_path):
+def test_tuned_lens_beats_the_logit_lens_on_held_out_text(family_dirs, tmp_path, monkeypatch):
     from interp.models import load_model
 
+    monkeypatch.setenv("INTERP_CACHE", str(tmp_path))
     model = load_model(str(family_dirs("llama")), device="cpu")
     g = torch.Generator().manual_seed(0)
     train = [torch.randint(5, 2000, (4, 32), generator=g) for _ in range(2)]
     held = torch.randint(5, 2000, (1, 40), generator=g)
-    lens = fit_tuned_lens(model, train, steps=60, lr=3e-3, tokens_per_step=64, progress=False)
+    settings = dict(steps=40, lr=3e-3, tokens_per_step=32)
+    lens, info = obtain_tuned_lens(model, train, progress=False, **settings)
+    again, info2 = obtain_tuned_lens(model, train, progress=False, **settings)
+    assert not info["cached"] and info2["cached"] and torch.equal(again.A, lens.A)
     with torch.no_grad():
         resid = read_residuals(model, {"input_ids": held, "attention_mask": torch.ones_like(held)})[:, 1:]
         tuned, logit = _kl(model, lens, resid), _kl(model, LogitLens(model.info.n_layers), resid)
@@ -57,6 +61,6 @@ def test_tuned_lens_beats_the_logit_lens_on_held_out_text(family_dirs, tmp_path)
     assert torch.equal(lens.transport(3, resid[3]), resid[3])  # the last layer reads as it is
     path = lens.save(tmp_path / "tuned.safetensors")
     back = TunedLens.load(path, model)
-    assert torch.equal(back.A, lens.A) and torch.equal(back.b, lens.b) and back.metadata["steps"] == 60
+    assert torch.equal(back.A, lens.A) and torch.equal(back.b, lens.b) and back.metadata["steps"] == 40
     with pytest.raises(ConfigError, match="4 layers of d_model=128"):
         TunedLens.load(path, type("Info", (), {"name": "other", "n_layers": 4, "d_model": 64})())
