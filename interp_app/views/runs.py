@@ -4,8 +4,8 @@
 has no page); a value outside the artifacts root is refused with an error. ``?sweep=<name>`` opens
 that sweep on the Sweeps page.
 
-While a run is running (or `interp demo` is between two runs), a "Running now" table shows each running run's
-stage, the progress of the stage's loop and its elapsed time (the manifest's ``progress`` record), and refreshes
+While a run is running (or `interp demo` is between two runs), "Running now" shows each running run's stage,
+the progress of the stage's loop as a bar and its elapsed time (the manifest's ``progress`` record), and refreshes
 every `POLL` seconds; when a run starts or ends the whole page is drawn again, so its row and links appear.
 """
 
@@ -25,7 +25,7 @@ from interp_app import common
 
 SELECT_KEY = "runs.selected"
 POLL = 2.0
-"""Seconds between two refreshes of the "Running now" table."""
+"""Seconds between two refreshes of "Running now"."""
 ROW_PX, MAX_ROWS = 35, 40
 """The runs table's row height, and the most rows it shows before it scrolls."""
 WIDTH_PX = {"small": 75, "medium": 200, "large": 400}
@@ -164,7 +164,7 @@ def _state(infos: list[RunInfo]) -> tuple:
 
 
 def live(root: Path, infos: list[RunInfo]) -> None:
-    """The "Running now" table when a run is running or a demo is under way (nothing otherwise)."""
+    """"Running now" when a run is running or a demo is under way (nothing otherwise)."""
     if any(i.status == "running" for i in infos) or running_demo(root) is not None:
         _live(root, _state(infos))
 
@@ -198,6 +198,12 @@ def live_text(row: Mapping[str, Any]) -> str:
     return f"**{row['probe']}** · {stage} · {took} · `{row['run id']}`"
 
 
+def duration(seconds: float) -> str:
+    """"45 s", "12 m 05 s"."""
+    s = int(round(seconds))
+    return f"{s} s" if s < 60 else f"{s // 60} m {s % 60:02d} s"
+
+
 def live_frame(running: list[RunInfo], infos: list[RunInfo]) -> pd.DataFrame:
     """One row a running run: probe, stage, step ("12/200"), progress (0-1), elapsed, its estimate, run id."""
     now = dt.datetime.now(dt.timezone.utc)
@@ -225,8 +231,8 @@ def live_frame(running: list[RunInfo], infos: list[RunInfo]) -> pd.DataFrame:
             "stage": record.get("stage") or ("running" if record else "starting"),
             "step": f"{step}/{total}" if step is not None and total else (str(step) if step is not None else ""),
             "progress": progress,
-            "elapsed": f"{elapsed:.0f} s" if elapsed is not None else "",
-            "last time": f"{before:.0f} s" if before else "",
+            "elapsed": duration(elapsed) if elapsed is not None else "",
+            "last time": duration(before) if before else "",
             "run id": i.run_id,
         })
     return pd.DataFrame(rows, columns=["probe", "stage", "step", "progress", "elapsed", "last time", "run id"])
