@@ -83,11 +83,12 @@ def test_circuits_matches_circuit_tracer(model, tmp_path):
                 f"{max(worst['replacement_score_absdiff_max'], worst['completeness_score_absdiff_max']):.1e}")
             comp = max(r["completeness_rel_err"] for r in rows)
             checks[f"{name} {act} set: completeness <= 1e-4 under both conventions"] = (comp <= 1e-4, f"{comp:.1e}")
-            bos = ce.summary([r for r in rows if r["bos_error"]])
-            reported[f"{name} {act} set, bos_error=true against circuit-tracer"] = (
-                False, f"edge blocks rel max {bos.get('edge_rel_max')}; pruned nodes equal {bos['pruned_nodes_equal']}"
-                f"; scores differ by up to {bos['replacement_score_absdiff_max']:.3f} / "
-                f"{bos['completeness_score_absdiff_max']:.3f}")
+            reported[f"{name} {act} set, bos_error=true against circuit-tracer"] = (False, "; ".join(
+                f"prompt {r['prompt']}: {r['n_feat'] - r['features_only_here']} of {r['n_feat']} attributed features "
+                f"shared, pruned nodes {r['n_pruned_nodes']} vs {r['n_pruned_nodes_ct']} ({r['pruned_nodes_common']} "
+                f"in common), replacement / completeness {r['replacement_score']:.3f} / {r['completeness_score']:.3f}"
+                f" vs {r['replacement_score_ct']:.3f} / {r['completeness_score_ct']:.3f}"
+                for r in rows if r["bos_error"]))
             if act == "topk":
                 raw = [r for r in rows if r["ct_activation"] == "topk"]
                 reported[f"{name} topk set against circuit-tracer's TopK class alone (no ReLU)"] = (

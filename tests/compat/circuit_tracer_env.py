@@ -215,6 +215,12 @@ def compare(graph, pruned, ct: dict, ct_scores: tuple[float, float]) -> dict:
     rs, cs = scores(graph)
     out.update(replacement_score=rs, completeness_score=cs, replacement_score_ct=ct_scores[0],
                completeness_score_ct=ct_scores[1])
+    # pruned nodes by identity (a feature by (layer, position, index), any other node by its place after the
+    # features), so graphs with different features still compare
+    kept = {_key(graph.features, i) for i in pruned.node_mask.nonzero()[:, 0].tolist()}
+    kept_ct = {_key(sel_ct, i) for i in ct["node_mask"].nonzero()[:, 0].tolist()}
+    out.update(n_pruned_nodes=len(kept), n_pruned_nodes_ct=len(kept_ct), pruned_nodes_common=len(kept & kept_ct),
+               n_pruned_edges=int(pruned.edge_mask.sum()), n_pruned_edges_ct=int(ct["edge_mask"].sum()))
     if not same_nodes:
         return out
     A = graph.edges.dense().double()
@@ -232,10 +238,11 @@ def compare(graph, pruned, ct: dict, ct_scores: tuple[float, float]) -> dict:
     edges_here[E.target[pruned.edge_mask], E.source[pruned.edge_mask]] = True
     out["pruned_nodes_equal"] = torch.equal(pruned.node_mask, ct["node_mask"].bool())
     out["pruned_edges_equal"] = torch.equal(edges_here, ct["edge_mask"].bool())
-    out["n_pruned_nodes"], out["n_pruned_nodes_ct"] = int(pruned.node_mask.sum()), int(ct["node_mask"].sum())
-    out["n_pruned_edges"], out["n_pruned_edges_ct"] = int(pruned.edge_mask.sum()), int(ct["edge_mask"].sum())
-    out["pruned_nodes_common"] = int((pruned.node_mask & ct["node_mask"].bool()).sum())
     return out
+
+
+def _key(features: torch.Tensor, i: int) -> tuple:
+    return ("feature", *features[i].tolist()) if i < features.shape[0] else ("node", i - features.shape[0])
 
 
 def interp_graphs(model, tc, prompts: list[list[int]], *, bos_error: bool = False, max_feature_nodes: int = 512,

@@ -49,14 +49,36 @@ def load_set(set_dir: str):
     return tc, config, other
 
 
+def _own_rope_tables(model) -> dict:
+    """circuit-tracer 0.5's `_deduplicate_attention_buffers` gives every layer the last layer's RoPE tables (it
+    assumes they are the same everywhere). Gemma 3's local layers rotate with base 10,000 and its global ones with
+    1,000,000, so with shared tables its forward is not the model's (the top logits differ by ~10 % relative on
+    gemma3-270m). Each layer gets back the tables TransformerLens built for it (its own attention type's base);
+    the attention masks stay shared, as circuit-tracer shares them. Returns what was fixed, with the logit
+    difference to the unfixed forward."""
+    import torch
+
+    cfg = model.cfg
+    if cfg.positional_embedding_type != "rotary" or cfg.rotary_base_local is None:
+        return {}
+    fixed = 0
+    for block in model.blocks:
+        attn = block.attn
+        base = cfg.rotary_base_local if attn.attn_type == "local" else cfg.rotary_base
+        sin, cos = attn.calculate_sin_cos_rotary(cfg.rotary_dim, cfg.n_ctx, base=base, dtype=cfg.dtype)
+        if not torch.equal(sin, attn.rotary_sin):
+            fixed += 1
+        attn.rotary_sin, attn.rotary_cos = sin.to(attn.rotary_sin.device), cos.to(attn.rotary_cos.device)
+    return {"rope_tables_restored": fixed}
+
+
 def build_model(job: dict, transcoders):
     """circuit-tracer's TransformerLens replacement model on the weights in job["model_dir"]: what
     `TransformerLensReplacementModel.from_pretrained_and_transcoders` does (HookedTransformer.from_pretrained with
     fold_ln, center_writing_weights and center_unembed off, then `_configure_replacement_model`), with the config
     and the weights given, since TransformerLens lists no SmolLM2 and nothing is downloaded here. A model it lists
     (gemma-3-270m) goes through `ReplacementModel.from_pretrained_and_transcoders` itself, with the HF model given
-    (built the other way, its logits differed from HF's by 10 % relative: TransformerLens's from_pretrained does
-    more for Gemma 3 than the config and the state dict)."""
+    and each layer's RoPE tables restored after circuit-tracer shares the last layer's (`_own_rope_tables`)."""
     import torch
     from circuit_tracer.replacement_model.replacement_model_transformerlens import TransformerLensReplacementModel
     from transformer_lens import loading_from_pretrained as loading
@@ -70,7 +92,7 @@ def build_model(job: dict, transcoders):
         model = ReplacementModel.from_pretrained_and_transcoders(
             job["tl_name"], transcoders, backend="transformerlens", hf_model=hf, tokenizer=tok,
             device=torch.device("cpu"), dtype=torch.float32)
-        return model.eval(), hf, {}
+        return model.eval(), hf, _own_rope_tables(model)
     name = job["model_dir"]
     cfg = loading.get_pretrained_model_config(name, hf_cfg=hf.config.to_dict(), fold_ln=False, device="cpu",
                                               dtype=torch.float32)
@@ -136,7 +158,7 @@ def main(job_path: str) -> None:
 
     originals = [t.activation_function for t in tc]
     model, hf, found = build_model(job, tc)
-    result["tl_config_before_overrides"] = found
+    result["model_fixes"] = found  # SmolLM2: the config fields overridden (what TL gave); Gemma 3: RoPE tables
     result["graphs"] = {}
     for variant in job["variants"]:
         for t, orig in zip(tc, originals, strict=True):
@@ -147,6 +169,9 @@ def main(job_path: str) -> None:
             with torch.no_grad():
                 hf_logits = hf(tokens[None]).logits[0, -1].float()
                 tl_logits = model(tokens[None])[0, -1].float()
+            if float((tl_logits - hf_logits).abs().max() / hf_logits.abs().max()) > 1e-4:
+                raise RuntimeError(f"circuit-tracer's model is not the HF model on prompt {i}: logits differ by "
+                                   f"{float((tl_logits - hf_logits).abs().max()):.3g}")
             kw = {"max_feature_nodes": job["max_feature_nodes"], "batch_size": job["batch_size"]}
             if job.get("warm"):
                 attribute(tokens, model, **kw)  # the first graph's one-off allocations are not timed
