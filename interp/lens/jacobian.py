@@ -395,7 +395,7 @@ def fit_jacobian_lens(
                           f"more than skip_first + 1 = {skip_first + 1} tokens (valid positions run from skip_first "
                           f"to the second-to-last)")
     longest = max(len(p) for p in ids)
-    k = batch or _auto_batch(net, longest, sources, target)
+    k = min(batch or _auto_batch(net, longest, sources, target), net.d_model)
     d = net.d_model
     want = {"source_layers": sources, "target_layer": target, "skip_first": skip_first, "max_seq_len": max_seq_len,
             "d_model": d, "n_prompts_given": len(ids), "prompts_sha256": prompts_sha256(ids)}
