@@ -159,6 +159,10 @@ class RunContext:
     def save_jsonl(self, name: str, rows: Iterable[Any]):
         return self.writer.save_jsonl(name, rows)
 
+    def save_lens(self, name: str, lens):
+        """name.pt: a Jacobian lens in the reference jlens layout (float32), readable by the reference code."""
+        return self.writer.save_lens(name, lens)
+
     def save_dir(self, name: str, write):
         """A directory artifact filled by write(tmp_dir), e.g. a SAELens SAE."""
         return self.writer.save_dir(name, write)

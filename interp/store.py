@@ -2,8 +2,11 @@
 
 Layout: ``<root>/<probe>/<run_id>/`` holding ``manifest.json`` and the artifacts. Every file is
 written to a temporary name and moved into place; ``status: done`` is written last, after
-every file is hashed. Only safetensors, parquet and JSON are written or read (never pickle).
-Reading needs no torch: tensors come back as numpy arrays.
+every file is hashed. Only safetensors, parquet and JSON are written or read, with one exception: a Jacobian lens
+is also kept as the reference jlens package's `.pt` (a dict of tensors, lists and numbers) so that the reference and
+TransformerLens read it as it is; it is written by `interp.lens.save_lens` and read only with
+`torch.load(weights_only=True)`, which refuses anything but tensors and plain containers (never pickle).
+Reading needs no torch, except for that one file kind: tensors come back as numpy arrays.
 """
 
 from __future__ import annotations
@@ -212,6 +215,17 @@ class RunWriter:
         for p in files:
             self._record(f"{name}/{p.name}")
         return self.path / name
+
+    def save_lens(self, name: str, lens: Any) -> Path:
+        """name.pt: a Jacobian lens in the reference jlens package's layout, float32 (`interp.lens.save_lens`), so
+        the reference code, TransformerLens and Neuronpedia's viewer read it as it is. Read back with
+        `RunInfo.lens(name)` (weights_only)."""
+        from .lens import save_lens
+
+        filename = check_name(name) + ".pt"
+        save_lens(lens, self.path / filename)
+        self._record(filename)
+        return self.path / filename
 
     # -- manifest -------------------------------------------------------------------
     def log_metrics(self, **metrics: Any) -> None:
@@ -466,6 +480,12 @@ class Run:
             return load_file(str(p))
         except Exception as e:  # noqa: BLE001
             raise DamagedRun(f"{p}: unreadable safetensors ({type(e).__name__}: {e})") from None
+
+    def lens(self, name: str, model: Any = None):
+        """The Jacobian lens written as name.pt (`RunWriter.save_lens`), read with torch.load(weights_only=True)."""
+        from .lens import load_lens
+
+        return load_lens(self._file(name + ".pt"), model=model)
 
     def json(self, name: str) -> Any:
         p = self._file(name + ".json")

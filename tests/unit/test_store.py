@@ -94,3 +94,28 @@ def test_directory_artifact(out_dir):
     os.truncate(w.path / "sae" / "w.safetensors", 0)
     with pytest.raises(DamagedRun):
         load_run(w.path)
+
+
+def test_lens_artifact_is_the_reference_layout(out_dir):
+    """A run's lens.pt is the reference jlens dict (J float32, n_prompts, source_layers, d_model), hashed in the
+    manifest, loaded back through weights_only; a file that is not that layout is refused in one line."""
+    import torch
+
+    from interp.errors import ConfigError
+    from interp.lens import JacobianLens
+
+    g = torch.Generator().manual_seed(0)
+    J = {0: torch.randn(4, 4, generator=g), 1: torch.randn(4, 4, generator=g)}
+    w = RunWriter.create(out_dir, "demo", {"a": 1}, "cd" * 32, 0, {"interp": "0.1.0"})
+    w.save_lens("lens", JacobianLens(J, n_prompts=3, target_layer=2, n_layers=3))
+    w.finish()
+    run = load_run(w.path)
+    assert "lens.pt" in run.manifest["files"]
+    raw = torch.load(w.path / "lens.pt", weights_only=True)
+    assert {"J", "n_prompts", "source_layers", "d_model"} <= set(raw)
+    assert raw["J"][0].dtype == torch.float32 and raw["n_prompts"] == 3 and raw["source_layers"] == [0, 1]
+    back = run.lens("lens")
+    assert all(torch.equal(back.J[k], J[k]) for k in J)
+    torch.save({"weights": torch.zeros(2)}, w.path / "lens.pt")  # damaged: not the layout
+    with pytest.raises(ConfigError, match="reference format"):
+        run.lens("lens")
