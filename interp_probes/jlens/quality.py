@@ -115,7 +115,7 @@ def wilson_bounds(k: np.ndarray, n: int, z: float = 1.96) -> tuple[np.ndarray, n
     den = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / den
     half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return centre - half, centre + half
+    return np.clip(centre - half, 0.0, p), np.clip(centre + half, p, 1.0)  # 0 and 1 exactly at the ends
 
 
 def pass_at_k(ranks: Int[Tensor, "layer prompt"], k: int) -> dict[str, np.ndarray]:

@@ -78,6 +78,7 @@ def test_wilson_and_pass_at_k():
     p = pass_at_k(ranks, 5)
     assert p["rate"].tolist() == [0.75, 0.0] and p["n"].tolist() == [4, 4]
     assert (p["lo"] <= p["rate"]).all() and (p["rate"] <= p["hi"]).all()
+    assert p["lo"][1] == 0.0 and wilson_bounds(np.array([4]), 4)[1][0] == 1.0, "exact at 0 and 1"
 
 
 def test_rank_and_kl_identities():
