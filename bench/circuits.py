@@ -148,3 +148,59 @@ def transcoder_buffer(model, smoke: bool = False) -> list[Row]:
                 peak / base if base > 0 else float("nan"), "report",
                 f"{peak:.0f} MB (buffer {size:.0f} MB) vs {base:.0f} MB (buffer {got['pieces_f32'][1]:.0f} MB); "
                 f"{what}") for name, (peak, size) in got.items() if name != "pieces_f32"]
+
+
+def circuits_vs_circuit_tracer(model, smoke: bool = False) -> list[Row]:
+    """The same attribution graph in circuit-tracer 0.5.0 (its side environment, tests/compat/circuit_tracer_env.py,
+    built once in the interp cache) and here, in the same run: the same weights, prompt, transcoder set (a TopK set,
+    k 16, 576 features a layer, trained briefly; circuit-tracer runs it with its TopK class followed by ReLU, so
+    the two graphs are equal, which the row checks), feature budget and backward batch. Each side makes the graph
+    once untimed (one-off allocations), then once timed; peak memory is each process's RSS high-water mark over its
+    level just before. The figure is the time ratio here / circuit-tracer (the goal: <= 1)."""
+    import sys
+    import tempfile
+
+    from interp.data import builtin_corpus, token_windows
+    from interp.sae import TranscoderTrainConfig, save_transcoders, train_transcoders
+    from interp_probes.circuits.graph import attribute
+    from interp_probes.circuits.probe import prompt_ids
+    from interp_probes.circuits.prune import prune
+    from interp_probes.circuits.transcoders import pairs
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "compat"))
+    import circuit_tracer_env as ce
+
+    budget, batch, steps = (64, 32, 5) if smoke else (512, 64, 20)
+    ids = torch.tensor(token_windows(model.tokenizer, builtin_corpus("all", 0), 8, 64, model.info.bos_id))
+    X, Y = pairs(model, ids, 256)
+    tc = train_transcoders(X, Y, TranscoderTrainConfig(activation="topk", k=16, d_transcoder=576, steps=steps,
+                                                       batch=128))
+    tc.meta = {"model": model.info.name}
+    prompt = prompt_ids(model, "The capital of France is")
+    kw = {"max_feature_nodes": budget, "batch_size": batch}
+    with tempfile.TemporaryDirectory(prefix="bench-ct-") as d:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the TopK note: circuit-tracer runs it with TopK + ReLU here
+            path = save_transcoders(tc, Path(d) / "set")
+        side = ce.run_side(model.info.name, path, [prompt[0].tolist()], Path(d) / "work", variants=("topk_relu",),
+                           k=16, warm=True, **kw)
+        attribute(model, tc, prompt, **kw)  # untimed, as circuit-tracer's first graph
+        _glibc_returns_freed_memory()
+        measured = _reset_hwm()
+        before = _hwm_kb()
+        t = time.perf_counter()
+        g = attribute(model, tc, prompt, **kw)
+        secs = time.perf_counter() - t
+        peak = (_hwm_kb() - before) / 1024 if measured else float("nan")
+    r = side["result"]["graphs"]["topk_relu"][0]
+    same = ce.compare(g, prune(g), side["graphs"]["topk_relu"][0], (r["replacement_score"], r["completeness_score"]))
+    equal = not ce.failures(same)
+    what = (f"{model.info.name}, {len(prompt[0])} tokens, {g.n_feat} of {g.n_active} active features with rows, "
+            f"batch {batch}; graphs equal: {equal}")
+    return [row("circuits_vs_circuit_tracer_time", "graph time here / circuit-tracer 0.5 (same graph, same run)",
+                secs / r["seconds"], "report", f"{secs:.2f} s vs {r['seconds']:.2f} s; {what}"),
+            row("circuits_vs_circuit_tracer_peak", "graph peak RSS over start here / circuit-tracer 0.5",
+                peak / r["peak_mb"] if r["peak_mb"] > 0 else float("nan"), "report",
+                f"{peak:.0f} MB vs {r['peak_mb']:.0f} MB; {what}")]

@@ -174,7 +174,8 @@ def main(job_path: str) -> None:
                                    f"{float((tl_logits - hf_logits).abs().max()):.3g}")
             kw = {"max_feature_nodes": job["max_feature_nodes"], "batch_size": job["batch_size"]}
             if job.get("warm"):
-                attribute(tokens, model, **kw)  # the first graph's one-off allocations are not timed
+                with torch.enable_grad():
+                    attribute(tokens, model, **kw)  # the first graph's one-off allocations are not timed
             _reset_hwm()
             before = _hwm_mb()
             t = time.perf_counter()

@@ -32,10 +32,11 @@ def well_formed(rows: list[Row], prefix: str = "") -> None:
 
 
 SLOW = {"streaming_memory"}  # two fresh interpreters load torch and the model (~13 s)
+APART = {"gpu", "circuits_reference"}  # gpu: below; circuits_reference runs circuit-tracer on an embedded model
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
-                                  for n in BENCHMARKS if n != "gpu"])
+                                  for n in BENCHMARKS if n not in APART])
 def test_benchmark_at_smoke_size(tiny_model, name):
     well_formed(call(BENCHMARKS[name], tiny_model, smoke=True))
 
