@@ -70,7 +70,7 @@ def run(cfg: JLensConfig, ctx: RunContext) -> None:
     ctx.save_table("grid", grid)
     ctx.save_table("grid_tokens", pd.DataFrame({"position": range(len(tokens)), "token": tokens}))
     ctx.save_tensors("fit_tokens", {"input_ids": torch.tensor(fit_ids)})
-    save_lens_file(ctx, jl)
+    ctx.save_lens("lens", jl)  # lens.pt, the reference format in float32
     ctx.log_metrics(**summarize(quality, effects, orth, band, layer, layer_from, len(prompts), len(kept),
                                 n_layers, jl))
 
@@ -243,14 +243,6 @@ def swap_pairs(tok, prompts: list[TwoHop], rng: np.random.Generator):
 
 
 # ----------------------------------------------------------------------------- files and metrics
-
-
-def save_lens_file(ctx: RunContext, jl) -> None:
-    """The lens's matrices (J_<layer>, float32) with the reference file's other keys as metadata. A run writer takes
-    only safetensors, parquet and JSON: `interp.lens.save_lens` makes the reference's lens.pt from them."""
-    meta = {"n_prompts": str(jl.n_prompts), "source_layers": ",".join(map(str, jl.source_layers)),
-            "d_model": str(jl.d_model), "target_layer": str(jl.target_layer)}
-    ctx.save_tensors("lens_matrices", {f"J_{layer}": m.float() for layer, m in jl.J.items()}, metadata=meta)
 
 
 def _mid(n_layers: int) -> slice:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 
 import pytest
+import torch
 from acceptance import SLACK, Checks, full_run, report
 
 import interp_probes.jlens  # noqa: F401  (registers the probe where the installed entry points predate it)
@@ -77,8 +78,11 @@ def test_jlens_acceptance(model, tmp_path):
     ids = run.tensor_file("fit_tokens")["input_ids"]
     c.check("the fitting prompts' token ids are stored", ids.shape[0] == run.config["n_fit_prompts"],
             f"{tuple(ids.shape)}")
-    c.check("the lens is stored (J_<layer>, float32)", run.has("lens_matrices"),
-            "lens_matrices.safetensors (a run writer takes no .pt: lens.pt waits for one)")
+    raw = torch.load(run.path / "lens.pt", weights_only=True)
+    c.check("the run holds lens.pt (reference keys, float32)",
+            set(raw) >= {"J", "n_prompts", "source_layers", "d_model"}
+            and all(j.dtype == torch.float32 for j in raw["J"].values()),
+            f"{len(raw['J'])} matrices, n_prompts {raw['n_prompts']}, keys {sorted(raw)}")
     for name, (ok, why) in bad_inputs(tmp_path).items():
         c.check(f"refused in one line: {name}", ok, why[:160])
 

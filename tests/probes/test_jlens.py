@@ -5,6 +5,7 @@ the page draws and the files a refit with the reference code needs."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 import interp_probes.jlens  # noqa: F401  (registers the probe where the installed entry points predate it)
 
@@ -55,7 +56,9 @@ def test_the_fit_prompts_are_stored_for_a_refit(quick):
     ids = quick.tensor_file("fit_tokens")["input_ids"]
     assert ids.shape == (quick.config["n_fit_prompts"], quick.config["fit_seq_len"])
     assert quick.timings.get("seconds_fit") is not None
-    mats = quick.tensor_file("lens_matrices")
+    lens = quick.lens("lens")  # lens.pt, read with weights_only as the reference reads it
     n = quick.metrics["target_layer"]
-    assert sorted(mats) == sorted(f"J_{layer}" for layer in range(n)), sorted(mats)
-    assert all(v.shape == (576, 576) and str(v.dtype) == "float32" for v in mats.values())
+    assert lens.source_layers == list(range(n)) and lens.n_prompts == quick.config["n_fit_prompts"]
+    raw = torch.load(quick.path / "lens.pt", weights_only=True)  # the file itself: the reference's keys, float32
+    assert set(raw) >= {"J", "n_prompts", "source_layers", "d_model"}, sorted(raw)
+    assert all(j.shape == (576, 576) and j.dtype == torch.float32 for j in raw["J"].values())
