@@ -36,7 +36,7 @@ HINT = (
     "minute on a CPU); it writes `<out>/sweeps/<name>/sweep.json`, which this page reads (so `--out` names this "
     "page's artifacts root)."
 )
-_MARK = {"done": "✓", "skipped": "✓", "failed": "✗", "invalid": "⚠", "pending": "…"}
+_MARK = {"done": "✓", "skipped": "✓", "failed": "✗", "interrupted": "⏸", "invalid": "⚠", "pending": "…"}
 NONE = "(none)"
 
 

@@ -330,3 +330,14 @@ def test_figures_on_the_real_sweep(swept):
     done = [p["metrics"]["n_tokens"] for p in points if p["status"] == "done" and p["overrides"]["top_k"] == 3]
     assert len(done) == 2 and math.isclose(line.y[1], sum(done) / len(done)), "two prompts averaged"
     assert line.customdata[1][3] == 2
+
+
+def test_every_point_status_the_sweep_writes_has_its_mark():
+    """A point a signal stopped reads "⏸ interrupted", not "? interrupted": every status the sweep writes has a mark."""
+    from interp_app.views.sweeps import points_frame
+
+    statuses = ["done", "skipped", "failed", "interrupted", "invalid", "pending"]
+    points = [{"index": i, "status": s, "overrides": {}, "metrics": {}} for i, s in enumerate(statuses)]
+    frame = points_frame(points, [], {i: (None, None) for i in range(len(points))}, None)
+    assert not any(v.startswith("?") for v in frame["status"]), list(frame["status"])
+    assert "⏸ interrupted" in list(frame["status"])
