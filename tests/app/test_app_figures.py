@@ -87,7 +87,8 @@ def test_metric_strings_and_tables(runs):
     arrays = array_summary({"x": np.array([[1.0, np.inf], [3.0, 2.0]], dtype=np.float32), "s": np.array([], np.int8)})
     assert {"array": "x", "shape": "2 × 2", "dtype": "float32", "max": 3.0}.items() <= arrays.iloc[0].to_dict().items()
     frame = runs_frame(list_runs(runs.root))
-    assert list(frame.columns) == ["probe", "run id", "model", "status", "started", "seconds", "error", "metrics"]
+    # the metrics start on screen: probe, status, the error (the fixture has a failed run), then the metrics
+    assert list(frame.columns) == ["probe", "status", "error", "metrics", "seconds", "model", "started", "run id"]
     assert common.status_badge("damaged") == ":red-badge[damaged]" and common.status_label("done") == "✓ done"
 
 
