@@ -109,16 +109,19 @@ def steering(model, layer: int, enc: Mapping[str, Tensor], targets: Int[Tensor, 
 
 def swap_edit(v: Float[Tensor, "batch d 2"], pos_mask: Tensor, record: list[float]) -> Callable[[Tensor], Tensor]:
     """Exchange each residual's coordinates on the two columns of v (source, target) on the masked positions,
-    leaving the part orthogonal to their span unchanged; appends max |orthogonal change| / |x| to `record`."""
+    leaving the part orthogonal to their span unchanged; appends max |orthogonal change| / |x| to `record`.
+    The change is computed in float32 (pinv and qr have no bfloat16 kernels) and added in the model's dtype, so
+    `record` measures the edit itself, not the bfloat16 rounding of the sum."""
 
     def edit(x: Tensor) -> Tensor:  # (batch, pos, d)
-        vv = v.to(x)
-        coef = torch.linalg.pinv(vv) @ x.transpose(1, 2)  # (b, 2, p): least-squares coordinates on the span
-        delta = (vv @ (coef.flip(1) - coef)).transpose(1, 2) * pos_mask[..., None].to(x)  # (b, p, d)
+        x32 = x.float()
+        vv = v.to(x32)
+        coef = torch.linalg.pinv(vv) @ x32.transpose(1, 2)  # (b, 2, p): least-squares coordinates on the span
+        delta = (vv @ (coef.flip(1) - coef)).transpose(1, 2) * pos_mask[..., None].to(x32)  # (b, p, d)
         q, _ = torch.linalg.qr(vv)  # (b, d, 2) orthonormal basis of the span
         perp = delta - (delta @ q) @ q.transpose(1, 2)
-        record.append(float((perp.norm(dim=-1) / x.norm(dim=-1).clamp_min(1e-12)).max()))
-        return x + delta
+        record.append(float((perp.norm(dim=-1) / x32.norm(dim=-1).clamp_min(1e-12)).max().cpu()))
+        return x + delta.to(x.dtype)
 
     return edit
 
