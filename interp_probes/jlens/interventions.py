@@ -110,11 +110,11 @@ def steering(model, layer: int, enc: Mapping[str, Tensor], targets: Int[Tensor, 
 def swap_edit(v: Float[Tensor, "batch d 2"], pos_mask: Tensor, record: list[float]) -> Callable[[Tensor], Tensor]:
     """Exchange each residual's coordinates on the two columns of v (source, target) on the masked positions,
     leaving the part orthogonal to their span unchanged; appends max |orthogonal change| / |x| to `record`.
-    The change is computed in float32 (pinv and qr have no bfloat16 kernels) and added in the model's dtype, so
+    The change is computed in at least float32 (pinv and qr have no bfloat16 kernels) and added in the model's dtype, so
     `record` measures the edit itself, not the bfloat16 rounding of the sum."""
 
     def edit(x: Tensor) -> Tensor:  # (batch, pos, d)
-        x32 = x.float()
+        x32 = x.to(torch.promote_types(x.dtype, torch.float32))
         vv = v.to(x32)
         coef = torch.linalg.pinv(vv) @ x32.transpose(1, 2)  # (b, 2, p): least-squares coordinates on the span
         delta = (vv @ (coef.flip(1) - coef)).transpose(1, 2) * pos_mask[..., None].to(x32)  # (b, p, d)
