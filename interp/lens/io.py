@@ -82,7 +82,7 @@ def _read(path: Path) -> dict[str, Any]:
             raise _bad(path, f"an unreadable lens cache file ({type(e).__name__})") from None
         return head
     try:
-        obj = torch.load(str(path), map_location="cpu", weights_only=True)
+        obj = torch.load(path, map_location="cpu", weights_only=True)  # a Path: torch.load takes it as it is
     except Exception as e:  # noqa: BLE001 - a pickle that is not plain tensors and containers, or not a pickle
         first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
         raise _bad(path, f"torch.load(weights_only=True) refused it ({first[:160]})") from None

@@ -120,7 +120,7 @@ def wilson_bounds(k: np.ndarray, n: int, z: float = 1.96) -> tuple[np.ndarray, n
 
 def pass_at_k(ranks: Int[Tensor, "layer prompt"], k: int) -> dict[str, np.ndarray]:
     """Per layer: the share of prompts whose token ranks in the top k, with its Wilson interval."""
-    hits = (ranks < k).sum(1).numpy()
+    hits = (ranks < k).sum(1).cpu().numpy()
     n = ranks.shape[1]
     lo, hi = wilson_bounds(hits, n)
     return {"rate": hits / max(n, 1), "lo": lo, "hi": hi, "n": np.full(len(hits), n)}
