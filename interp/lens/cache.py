@@ -74,21 +74,24 @@ def obtain_jacobian_lens(model: Any, prompts: Sequence[Any], *, progress: bool =
     key = lens_cache_key(getattr(model, "info", None), ids, norm, net.dtype)
     path = cache_dir(key)
     file = path / "lens.safetensors"
+
+    def info(lens, cached: bool, where: Path | None) -> dict[str, Any]:
+        return {"cached": cached, "seconds": time.perf_counter() - t0,
+                "fit_seconds": float(lens.metadata.get("fit_seconds", 0.0)), "key": key,
+                "path": None if where is None else str(where)}
+
     if not cache:
         lens = fit_jacobian_lens(model, ids, **norm, batch=settings.get("batch"), progress=progress)
-        return lens, {"cached": False, "seconds": time.perf_counter() - t0,
-                      "fit_seconds": float(lens.metadata.get("fit_seconds", 0.0)), "key": key, "path": None}
+        return lens, info(lens, False, None)
     if file.is_file():
         lens = load_lens(file, model)
-        return lens, {"cached": True, "seconds": time.perf_counter() - t0,
-                      "fit_seconds": float(lens.metadata.get("fit_seconds", 0.0)), "key": key, "path": str(file)}
+        return lens, info(lens, True, file)
     ckpt = path.parent / f"{path.name}.checkpoint.safetensors"
     lens = fit_jacobian_lens(model, ids, **norm, batch=settings.get("batch"), checkpoint=ckpt, progress=progress)
     lens.metadata["interp_cache_key"] = key
     atomic_dir(path, lambda tmp: save_lens(lens, tmp / "lens.safetensors"))
     ckpt.unlink(missing_ok=True)
-    return lens, {"cached": False, "seconds": time.perf_counter() - t0,
-                  "fit_seconds": float(lens.metadata.get("fit_seconds", 0.0)), "key": key, "path": str(file)}
+    return lens, info(lens, False, file)
 
 
 def obtain_tuned_lens(model: Any, batches: Sequence[Any], *, progress: bool = True, cache: bool = True,
