@@ -69,6 +69,13 @@ class Pruned:
     """Each node's influence on the probability-weighted logits (unpruned graph)."""
     cumulative: Tensor
     """Each node's cumulative share of the total influence when sorted (circuit-tracer's `cumulative_scores`)."""
+    edge_score: Tensor
+    """(E,) each edge's score for the edge threshold (influence-weighted normalised weight among the nodes the node
+    threshold kept; 0 for an edge outside them)."""
+    node_cut: float
+    """The node threshold's score: nodes with influence >= it were kept before the no-edge drops."""
+    edge_cut: float
+    """The edge threshold's score: edges with `edge_score` >= it were kept before the no-edge drops."""
 
 
 def logit_weights(graph) -> Tensor:
@@ -85,13 +92,18 @@ def prune(graph, node_threshold: float = 0.8, edge_threshold: float = 0.98) -> P
     n_logit, n_tok, n_feat = graph.n_logit, graph.n_pos, graph.n_feat
     w = logit_weights(graph)
     node_inf = influence(E.normalized(), w)
-    node_mask = node_inf >= threshold_for(node_inf, node_threshold)
+    node_cut = threshold_for(node_inf, node_threshold)
+    node_mask = node_inf >= node_cut
     node_mask[-n_logit - n_tok:] = True
     inside = node_mask[E.target] & node_mask[E.source]
     norm = E.select(inside).normalized()
     edge_scores = norm.weight * (influence(norm, w) + w)[norm.target]
+    edge_cut = threshold_for(edge_scores, edge_threshold)
     edge_mask = torch.zeros(len(E), dtype=torch.bool)
-    edge_mask[inside.nonzero()[:, 0]] = edge_scores >= threshold_for(edge_scores, edge_threshold)
+    at = inside.nonzero()[:, 0]
+    edge_mask[at] = edge_scores >= edge_cut
+    edge_score = torch.zeros(len(E), dtype=edge_scores.dtype, device=edge_scores.device)
+    edge_score[at] = edge_scores
     sources = slice(None, -n_logit - n_tok)  # features and errors: dropped when they send nothing kept
     while True:
         old = node_mask.clone()
@@ -105,7 +117,8 @@ def prune(graph, node_threshold: float = 0.8, edge_threshold: float = 0.98) -> P
     s, i = node_inf.sort(descending=True)
     cum = torch.zeros_like(node_inf)
     cum[i] = s.cumsum(0) / s.sum().clamp_min(1e-30)
-    return Pruned(node_mask=node_mask, edge_mask=edge_mask, node_influence=node_inf, cumulative=cum)
+    return Pruned(node_mask=node_mask, edge_mask=edge_mask, node_influence=node_inf, cumulative=cum,
+                  edge_score=edge_score, node_cut=float(node_cut), edge_cut=float(edge_cut))
 
 
 def scores(graph) -> tuple[float, float]:

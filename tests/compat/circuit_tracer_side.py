@@ -122,6 +122,33 @@ def _activation(name: str, k: int, original):
     raise ValueError(f"unknown activation variant {name!r}")
 
 
+def _prune_scores(g, node_threshold: float, edge_threshold: float, node_mask, edge_mask) -> dict:
+    """What `prune_graph` decided its masks on, recomputed with its own functions in its own order (it returns only
+    the masks): each node's influence and the node threshold's score, each edge's score (dense [target, source],
+    among the nodes the node threshold kept) and the edge threshold's score. The project side reads them to tell a
+    decision taken within float rounding of a threshold (a tie) from a real difference. Checked: the recomputed
+    thresholds give masks that contain prune_graph's (which only drops nodes and edges after them)."""
+    import torch
+    from circuit_tracer.graph import compute_edge_influence, compute_node_influence, find_threshold
+
+    A = g.adjacency_matrix
+    n_tok, n_logit = len(g.input_tokens), len(g.logit_targets)
+    w = torch.zeros(A.shape[0], device=A.device)
+    w[-n_logit:] = g.logit_probabilities
+    node_inf = compute_node_influence(A, w)
+    node_cut = find_threshold(node_inf, node_threshold)
+    first = node_inf >= node_cut
+    first[-n_logit - n_tok:] = True
+    pruned = A.clone()
+    pruned[~first] = 0
+    pruned[:, ~first] = 0
+    edge_scores = compute_edge_influence(pruned, w)
+    edge_cut = find_threshold(edge_scores.flatten(), edge_threshold)
+    consistent = bool((first | ~node_mask.bool()).all() and ((edge_scores >= edge_cut) | ~edge_mask.bool()).all())
+    return {"node_influence": node_inf.float().contiguous(), "edge_scores": edge_scores.float().contiguous(),
+            "node_cut": float(node_cut), "edge_cut": float(edge_cut), "prune_recomputed_consistent": consistent}
+
+
 def main(job_path: str) -> None:
     import importlib.metadata as md
 
@@ -184,6 +211,7 @@ def main(job_path: str) -> None:
             secs = time.perf_counter() - t
             peak = _hwm_mb() - before
             node_mask, edge_mask, _ = prune_graph(g, job["node_threshold"], job["edge_threshold"])
+            cuts = _prune_scores(g, job["node_threshold"], job["edge_threshold"], node_mask, edge_mask)
             replacement, completeness = compute_graph_scores(g)
             save_file({"adjacency": g.adjacency_matrix.float().contiguous(),
                        "active_features": g.active_features.long().contiguous(),
@@ -191,10 +219,12 @@ def main(job_path: str) -> None:
                        "activation_values": g.activation_values.float().contiguous(),
                        "logit_ids": g.logit_token_ids.long().contiguous(),
                        "logit_probs": g.logit_probabilities.float().contiguous(),
-                       "node_mask": node_mask.contiguous(), "edge_mask": edge_mask.contiguous()},
+                       "node_mask": node_mask.contiguous(), "edge_mask": edge_mask.contiguous(),
+                       "node_influence": cuts.pop("node_influence"), "edge_scores": cuts.pop("edge_scores"),
+                       "node_cut": torch.tensor(cuts["node_cut"]), "edge_cut": torch.tensor(cuts["edge_cut"])},
                       str(out / f"graph_{variant}_{i}.safetensors"))
             graphs.append({"seconds": secs, "peak_mb": peak, "replacement_score": float(replacement),
-                           "completeness_score": float(completeness),
+                           "completeness_score": float(completeness), **cuts,
                            "tl_vs_hf_logit_rel": float((tl_logits - hf_logits).abs().max() / hf_logits.abs().max())})
         result["graphs"][variant] = graphs
     (out / "result.json").write_text(json.dumps(result, indent=1))

@@ -220,6 +220,11 @@ def test_prune_keeps_what_matters(graphs):
     dense_nodes, dense_edges = _dense_prune(g, 0.8, 0.98)
     assert torch.equal(pr.node_mask, dense_nodes)
     assert torch.equal(g.edges.select(pr.edge_mask).dense() != 0, dense_edges)
+    # what it decided on (the cross-check's tie rule reads these): every kept feature and edge reaches its
+    # threshold's score, and the edges reaching the edge threshold hold at least 0.98 of the edge scores
+    assert (pr.node_influence[: g.n_feat][pr.node_mask[: g.n_feat]] >= pr.node_cut).all()
+    assert (pr.edge_score[pr.edge_mask] >= pr.edge_cut).all()
+    assert pr.edge_score[pr.edge_score >= pr.edge_cut].sum() >= 0.98 * (1 - 1e-6) * pr.edge_score.sum()
     # influence is A + A^2 + ...: on the normalised matrix, (I - A)^-1 - I gives the same numbers
     A = normalize(g.adjacency).double()
     w = torch.zeros(g.n_nodes, dtype=torch.float64)
