@@ -196,6 +196,7 @@ def circuits_vs_circuit_tracer(model, smoke: bool = False) -> list[Row]:
         peak = (_hwm_kb() - before) / 1024 if measured else float("nan")
     r = side["result"]["graphs"]["topk_relu"][0]
     same = ce.compare(g, prune(g), side["graphs"]["topk_relu"][0], (r["replacement_score"], r["completeness_score"]))
+    same["ct_prune_recomputed"] = r.get("prune_recomputed_consistent")  # as cross_check's rows carry it
     equal = not ce.failures(same)
     what = (f"{model.info.name}, {len(prompt[0])} tokens, {g.n_feat} of {g.n_active} active features with rows, "
             f"batch {batch}; graphs equal: {equal}")

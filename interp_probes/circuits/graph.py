@@ -13,10 +13,15 @@ source s on a target t is an exact gradient:
   = the final residual, after the frozen final norm, read along the demeaned unembedding of the token: the
   token's logit minus the mean logit, before any soft-cap).
 
-Gradients are batched: one forward of B copies of the prompt with the graph kept, and each backward injects one
-target's read vector into its own batch row (circuit-tracer's `AttributionContext.compute_batch`). MLPs are
-stop-gradients: their outputs are detached (a skip transcoder's linear path x W_skip^T keeps its gradient, as in
-circuit-tracer).
+Gradients are batched: one forward of the prompt with the graph kept, then each backward takes B targets at once,
+each target's read vector injected into its own row of a batch of vector-Jacobian products (`torch.autograd.grad`
+with `is_grads_batched`). These are the rows circuit-tracer gets from one forward of B copies of the prompt
+(`AttributionContext.compute_batch`), without the B-copy forward: the frozen model's gradients depend on the
+frozen values only, not on the forward's. Each row is computed on its own, so the features waiting between two
+influence refreshes are batched by layer, and a batch's backward starts at its highest target layer. Rows are
+contracted with the sources' scaled decoder vectors one block of positions at a time (a batched matmul over
+positions, `_Block`). MLPs are stop-gradients: their outputs are detached (a skip transcoder's linear path
+x W_skip^T keeps its gradient, as in circuit-tracer).
 
 Position 0 (BOS, or the first token) has no features: a transcoder never saw it in training (it trains on
 positions >= 1), and its MLP output there is an attention sink's, not a reconstruction target. Two conventions for
@@ -24,8 +29,8 @@ what that output is in the graph (`bos_error`):
 - default (False), circuit-tracer 0.5's: it belongs to no node. circuit-tracer zeroes both the features and the
   error vectors at `zero_positions` (`acts[zero_positions] = 0` in `encode_sparse`, `error_vectors[:,
   zero_positions] = 0` in `setup_attribution`), so the error nodes at position 0 send nothing; its real MLP output
-  stays in the forward, a constant like a bias. Here it is held in each target's `bias` (the bias forward writes
-  it at position 0), so completeness stays exact. This is the graph circuit-tracer draws, node for node.
+  stays in the forward, a constant like a bias. Here it is held in each target's `bias` (the zero-source forward
+  writes it at position 0), so completeness stays exact. This is the graph circuit-tracer draws, node for node.
 - True: the MLP output at position 0 minus the estimate there (b_dec, and the skip path) is the error node of
   (layer, 0), as the paper's definition of an error node (the real MLP output minus the transcoders' estimate, at
   every (layer, position)) reads literally. Its norm is
@@ -36,9 +41,10 @@ The paper (Ameisen et al. 2025) states no special case for BOS; circuit-tracer's
 circuit-tracer because the reference graph is what this one is checked against (tests/compat/test_circuit_tracer.py).
 
 Node order (circuit-tracer's): features, errors (layer-major), embeddings, logits. `bias[t]` is the target's
-input when every source is zero, from a separate forward with the frozen values substituted and the embeddings
-and sources zeroed (only biases and the skip path left), so `input = A[t] . 1 + bias` is a real check of the
-gradients (completeness), not an identity.
+input when every source is zero, read off the forward the backwards run on, which runs there: the frozen values
+substituted, the embeddings and sources zeroed (only biases and the skip path left). The bias is a forward value and
+the edges are gradients, so `input = A[t] . 1 + bias` is a real check of the gradients (completeness), not an
+identity.
 
 Which features get rows when more than `max_feature_nodes` are active: circuit-tracer's greedy order, by partial
 influence on the logits of the rows computed so far, refreshed every `update_interval` batches.
@@ -47,8 +53,8 @@ Memory, unlike circuit-tracer's dense (rows x every active feature, error and em
 the prompt at a fixed feature budget: a row is dense only while its batch is in flight, then keeps its
 `max_edges_per_row` strongest edges (`edges.Edges`; the rest joins the target's `unattributed` input, so
 completeness stays exact), and the backward batch holds at most `batch_tokens` prompt tokens and 64 x batch_tokens
-attention pairs (copies x n^2). Past sqrt(64 x batch_tokens) tokens (512 at the default) one copy is the batch, and
-its frozen patterns grow as the model's own backward's do. A row with no more entries than the budget is kept whole:
+attention pairs (rows x n^2). Past sqrt(64 x batch_tokens) tokens (512 at the default) one row is the batch, and
+the frozen patterns grow as the model's own backward's do. A row with no more entries than the budget is kept whole:
 short prompts get circuit-tracer's dense graph exactly.
 """
 
@@ -202,25 +208,49 @@ def prepare(model, tc: Transcoders, ids: Tensor, desired_prob: float = 0.95, max
 
 
 WRITER_CHUNK = 4096
-"""Source features whose scaled decoder vectors one step of a backward row gathers at a time."""
+"""Slots (positions x the most features at one of them) of the scaled decoder vectors one step of a backward row
+gathers for one output layer: a few positions' worth, never every active feature's at once."""
+
+
+@dataclass
+class _Block:
+    """Active features writing to one output layer from a run of positions `start` .. `start + n_pos - 1`, laid out
+    as (position, slot) with `width` slots a position: feature j sits at slot `at[j]` (position-major)."""
+
+    cols: Tensor
+    """(m,) their columns (indices into the source features)."""
+    at: Tensor
+    """(m,) their slots, (position - start) * width + rank at the position."""
+    start: int
+    n_pos: int
+    width: int
+    parts: list[tuple[int, Tensor]]
+    """(source layer, indices into cols of its features)."""
 
 
 class _Backward:
-    """One forward of `batch` copies of the prompt through the local replacement model, kept for backwards."""
+    """One forward of the prompt through the local replacement model with every source at zero, kept for batched
+    backwards; it gives the targets' bias too.
 
-    def __init__(self, model, tc: Transcoders, p: Prompt, batch: int):
+    A batch of targets is one backward of B vector-Jacobian products at once (`is_grads_batched`, vmapped over the
+    graph of one copy): the rows circuit-tracer gets from B copies of the prompt, without the B-copy forward. The
+    frozen model is affine in the sources, so its gradients do not depend on the point the forward runs at: it runs
+    at zero sources (embeddings zero, each MLP output b_dec, plus the skip path, plus at position 0 the error no node
+    holds when not `p.bos_error`), where each target's input is its bias (`bias()`)."""
+
+    def __init__(self, model, tc: Transcoders, p: Prompt):
         self.tc, self.p, self.L = tc, p, tc.n_layers
         self.errors = p.node_errors.float()  # (layer, pos, d)
-        n = p.ids.shape[1]
         self.y: dict[int, Tensor] = {}
-        self.e = p.embed.to(model.dtype).expand(batch, -1, -1).clone().requires_grad_()
+        self.e = torch.zeros_like(p.embed, dtype=model.dtype)[None].requires_grad_()  # (1, pos, d)
+        held = None if p.bos_error else p.errors[:, 0]  # (layer, d)
 
         def stop(layer, x, out):
+            y = tc.b_dec[layer].detach().to(out.dtype).expand_as(out).clone()
+            if held is not None:
+                y[:, 0] += held[layer].to(out.dtype)
             skip = tc.skip(layer, x)
-            if skip is None:
-                y = out.detach().requires_grad_()
-            else:
-                y = (out.detach() - skip.detach().to(out.dtype)) + skip.to(out.dtype)
+            y = y.requires_grad_() if skip is None else y + skip.to(out.dtype)
             self.y[layer] = y
             return y
 
@@ -230,83 +260,106 @@ class _Backward:
         swap, self.x = mlp_swap(self.L, stop)
         hooks = [(Site("embed"), lambda _x: self.e), *swap, (Site("final"), final)]
         with torch.enable_grad(), frozen(model, p.fz), model.hooks(hooks):
-            model(p.ids.to(model.device).expand(batch, n))
-        self.n = n
-        # per output layer: (source layer, the columns of its active features writing there)
-        self.writers: dict[int, list[tuple[int, Tensor]]] = {}
+            model(p.ids.to(model.device))
+        self.n = p.ids.shape[1]
+        self.blocks: dict[int, list[_Block]] = {}
+        """Per output layer, its writers' blocks (`set_features`)."""
 
     def set_features(self, feats: Tensor, act: Tensor) -> None:
         """The source features (rows of `feats`: layer, pos, index) and activations, as columns 0..n_feat-1. Their
-        scaled decoder vectors are gathered per batch, a chunk at a time (`WRITER_CHUNK`), never all at once: they
-        would take n_active x d_model, growing with the prompt."""
+        scaled decoder vectors are gathered per batch a block of positions at a time (`WRITER_CHUNK` slots), never
+        all at once: they would take n_active x d_model, growing with the prompt."""
         self.n_feat = feats.shape[0]
         self.feats, self.act = feats, act.float()
         src = feats[:, 0]
+        writers: dict[int, list[Tensor]] = {}
         for layer in src.unique().tolist():
             c = (src == layer).nonzero()[:, 0]
             for out in self.tc.out_layers(layer):
-                self.writers.setdefault(out, []).append((layer, c))
+                writers.setdefault(out, []).append(c)
+        for out, cs in writers.items():
+            cols = torch.cat(cs)
+            cols = cols[feats[cols, 1].argsort(stable=True)]  # position-major
+            pos = feats[cols, 1]
+            counts = torch.bincount(pos, minlength=self.n)
+            first = counts.cumsum(0) - counts  # each position's first index in cols
+            rank = torch.arange(cols.shape[0], device=cols.device) - first[pos]
+            self.blocks[out] = []
+            lo, counts = 0, counts.tolist()
+            while lo < self.n:  # runs of positions whose slots fit WRITER_CHUNK (at least one position)
+                hi, width = lo + 1, counts[lo]
+                while hi < self.n and (hi + 1 - lo) * max(width, counts[hi]) <= WRITER_CHUNK:
+                    width = max(width, counts[hi])
+                    hi += 1
+                sel = ((pos >= lo) & (pos < hi)).nonzero()[:, 0]
+                if width and sel.shape[0]:
+                    c = cols[sel]
+                    s = feats[c, 0]
+                    self.blocks[out].append(_Block(
+                        cols=c, at=(pos[sel] - lo) * width + rank[sel], start=lo, n_pos=hi - lo, width=width,
+                        parts=[(int(layer), (s == layer).nonzero()[:, 0]) for layer in s.unique().tolist()]))
+                lo = hi
 
     def rows(self, layers: Tensor, pos: Tensor, vecs: Tensor, n_cols: int) -> Tensor:
-        """Direct effects on B' <= batch targets, each read at (layer, pos) along vecs (layer L: the final
-        residual): (B', n_cols) with columns features, errors, embeddings (logit columns stay zero)."""
+        """Direct effects on B targets, each read at (layer, pos) along vecs (layer L: the final residual): (B,
+        n_cols) with columns features, errors, embeddings (logit columns stay zero)."""
         B = layers.shape[0]
-        s = 0.0
+        outs, injected = [], []
         for layer in layers.unique().tolist():
             m = (layers == layer).nonzero()[:, 0]
-            read = self.f if layer == self.L else self.x[layer]
-            s = s + (read[m, pos[m]].float() * vecs[m].float()).sum()
+            read = self.f if layer == self.L else self.x[layer]  # (1, pos, d)
+            inject = torch.zeros(B, *read.shape, dtype=read.dtype, device=read.device)
+            inject[m, 0, pos[m]] = vecs[m].to(read.dtype)  # target i's read vector in its own batch row
+            outs.append(read)
+            injected.append(inject)
         ins = [self.e] + [self.y[layer] for layer in range(self.L)]
-        grads = torch.autograd.grad(s, ins, retain_graph=True, allow_unused=True)
+        grads = torch.autograd.grad(outs, ins, injected, retain_graph=True, allow_unused=True, is_grads_batched=True)
         out = torch.zeros(B, n_cols, device=vecs.device)
-        g_e = grads[0]
         n = self.n
         for layer in range(self.L):
-            g = grads[1 + layer]
-            if g is None:
+            if grads[1 + layer] is None:
                 continue
-            g = g[:B].float()  # (B, pos, d)
-            for source, cols in self.writers.get(layer, ()):
-                for c in cols.split(WRITER_CHUNK):
-                    dec = self.tc.dec(source, layer)[self.feats[c, 2]].float() * self.act[c, None]
-                    out[:, c] += torch.einsum("bmd,md->bm", g[:, self.feats[c, 1]], dec)
+            g = grads[1 + layer][:, 0].float()  # (B, pos, d)
+            gp = g.transpose(0, 1)  # (pos, B, d)
+            for b in self.blocks.get(layer, ()):
+                # the block's scaled decoder vectors in (position, slot) layout, zero where no feature sits
+                dec = torch.zeros(b.n_pos * b.width, g.shape[-1], device=g.device)
+                for source, j in b.parts:
+                    c = b.cols[j]
+                    dec[b.at[j]] = self.tc.dec(source, layer)[self.feats[c, 2]].float() * self.act[c, None]
+                got = torch.bmm(gp[b.start : b.start + b.n_pos], dec.view(b.n_pos, b.width, -1).transpose(1, 2))
+                out[:, b.cols] += got.transpose(0, 1).reshape(B, -1)[:, b.at]  # (pos, B, slot) -> (B, feature)
             o = self.n_feat + layer * n
             out[:, o : o + n] = torch.einsum("bnd,nd->bn", g, self.errors[layer])
-        if g_e is not None:
+        if grads[0] is not None:
             o = self.n_feat + self.L * n
-            out[:, o : o + n] = torch.einsum("bnd,nd->bn", g_e[:B].float(), self.p.embed.float())
+            out[:, o : o + n] = torch.einsum("bnd,nd->bn", grads[0][:, 0].float(), self.p.embed.float())
         return out
+
+    @torch.no_grad()
+    def bias(self, feats: Tensor) -> tuple[Tensor, Tensor]:
+        """(feature biases, logit biases): each target's input on this forward, where every source is zero."""
+        fb = _pre_at(self.tc, {layer: v[0] for layer, v in self.x.items()}, feats)
+        return fb, self.f[0, -1].float() @ self.p.logit_vecs.T
+
+
+PRE_CHUNK = 1 << 22
+"""Pre-activations (positions x features a layer) `_pre_at` computes at a time."""
 
 
 def _pre_at(tc: Transcoders, xs: dict[int, Tensor], feats: Tensor) -> Tensor:
-    """(n_feat,) each feature's pre-activation at its (layer, position), read from xs[layer] (pos, d_in)."""
-    if not feats.shape[0]:
-        return torch.zeros(0, device=tc.W_enc.device)
-    return torch.stack([tc.pre(layer, xs[layer][pos].float())[idx] for layer, pos, idx in feats.tolist()])
-
-
-@torch.no_grad()
-def _bias(model, tc: Transcoders, p: Prompt, feats: Tensor) -> tuple[Tensor, Tensor]:
-    """(feature biases, logit biases): each target's input with every source zero (frozen values substituted,
-    embeddings zeroed, each MLP output = b_dec (+ the skip path), and at position 0 the error no node holds when
-    not `p.bos_error`: there the MLP output is its real value, as in circuit-tracer's forward)."""
-    box: dict[str, Tensor] = {}
-    held = None if p.bos_error else p.errors[:, 0]  # (layer, d)
-
-    def write(layer, x, out):
-        y = tc.b_dec[layer].to(out.dtype).expand_as(out).clone()
-        if held is not None:
-            y[:, 0] += held[layer].to(out.dtype)
-        skip = tc.skip(layer, x)
-        return y if skip is None else y + skip.to(out.dtype)
-
-    swap, x = mlp_swap(tc.n_layers, write)
-    hooks = [(Site("embed"), lambda e: torch.zeros_like(e)), *swap, (Site("final"), lambda f: box.__setitem__("f", f))]
-    with frozen(model, p.fz), model.hooks(hooks):
-        model(p.ids.to(model.device))
-    fb = _pre_at(tc, {layer: v[0] for layer, v in x.items()}, feats)
-    lb = box["f"][0, -1].float() @ p.logit_vecs.T
-    return fb, lb
+    """(n_feat,) each feature's pre-activation at its (layer, position), read from xs[layer] (pos, d_in): a layer's
+    positions at once, `PRE_CHUNK` pre-activations at a time."""
+    out = torch.zeros(feats.shape[0], device=tc.W_enc.device)
+    step = max(1, PRE_CHUNK // tc.spec.d_transcoder)
+    for layer in feats[:, 0].unique().tolist():
+        j = (feats[:, 0] == layer).nonzero()[:, 0]
+        pos, inv = feats[j, 1].unique(return_inverse=True)
+        for lo in range(0, pos.shape[0], step):
+            pre = tc.pre(layer, xs[layer][pos[lo : lo + step]].float())  # (positions, F)
+            k = (inv >= lo) & (inv < lo + step)
+            out[j[k]] = pre[inv[k] - lo, feats[j[k], 2]].to(out.dtype)
+    return out
 
 
 def attribute(model, tc: Transcoders, ids: Tensor, *, desired_prob: float = 0.95, max_logits: int = 10,
@@ -334,7 +387,7 @@ def attribute_prepared(model, tc: Transcoders, p: Prompt, *, batch_size: int = 6
     # copies of the prompt in the backward batch: at most batch_tokens tokens, and at most 64 x batch_tokens
     # attention pairs (each copy's frozen patterns are heads x n^2 a layer once the attention's product expands them)
     B = max(1, min(batch_size, max(n_active, n_logit), batch_tokens // n, 64 * batch_tokens // n**2))
-    bw = _Backward(model, tc, p, B)
+    bw = _Backward(model, tc, p)
     bw.set_features(all_feats, all_act)
     m = min(max_edges_per_row, n_src)
 
@@ -363,6 +416,9 @@ def attribute_prepared(model, tc: Transcoders, p: Prompt, *, batch_size: int = 6
             infl = partial_influence(so_far, p.logit_probs.to(dev))[:n_active]
             rank = infl.argsort(descending=True)
             pending = rank[~visited[rank]][: min(update_interval * B, keep - order.shape[0])]
+            # the same features before the next refresh, in batches of nearby layers: a batch's backward starts at
+            # its highest target layer, and each row is its own (the batch only shares the pass)
+            pending = pending[all_feats[pending, 0].argsort(descending=True, stable=True)]
         for chunk in pending.split(B):
             f = all_feats[chunk]
             k = order.shape[0]
@@ -387,7 +443,7 @@ def attribute_prepared(model, tc: Transcoders, p: Prompt, *, batch_size: int = 6
     unattributed[targets] = torch.where((cols >= 0) & (nodes < 0), vals, 0).sum(1) + torch.cat([f_rest[perm], l_rest])
     edges = Edges.from_rows(targets, nodes, vals, N)
     feats, act = all_feats[sel], all_act[sel]
-    fb, lb = _bias(model, tc, p, feats)
+    fb, lb = bw.bias(feats)
     inputs = torch.zeros(N, device=dev)
     bias = torch.zeros(N, device=dev)
     if n_feat:
