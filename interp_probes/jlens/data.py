@@ -20,6 +20,7 @@ from pathlib import Path
 
 from interp import corpora
 from interp.data import token_windows
+from interp.errors import ConfigError
 
 WIKI_GENRES = ("encyclopedic", "history", "science", "nature", "biography", "travel")
 HELDOUT_EVERY = 4
@@ -30,13 +31,13 @@ TWO_HOP = {"capital": "The capital of the country where {landmark} is located is
            "language": "The official language of the country where {landmark} is located is"}
 
 
-def wiki_texts(seed: int) -> tuple[list[str], list[str]]:
+def wiki_texts(seed: int, generated: bool = True) -> tuple[list[str], list[str]]:
     """(fitting texts, held-out texts): the expository paragraphs shuffled by `seed`, then the generated documents;
-    every HELDOUT_EVERY-th one held out."""
+    every HELDOUT_EVERY-th one held out. `generated=False`: the paragraphs' part of each list only (its start)."""
     by_genre = corpora.paragraphs_by_genre()
     paras = [p for g in WIKI_GENRES for p in by_genre.get(g, ())]
     random.Random(seed).shuffle(paras)
-    texts = paras + list(corpora.generated(seed))
+    texts = (paras + list(corpora.generated(seed))) if generated else paras
     held = [t for i, t in enumerate(texts) if i % HELDOUT_EVERY == HELDOUT_EVERY - 1]
     train = [t for i, t in enumerate(texts) if i % HELDOUT_EVERY != HELDOUT_EVERY - 1]
     return train, held
@@ -44,12 +45,22 @@ def wiki_texts(seed: int) -> tuple[list[str], list[str]]:
 
 def fit_windows(tokenizer, bos: int | None, seed: int, n: int, length: int) -> list[list[int]]:
     """`n` token windows of `length` (BOS first where the model has one) of the fitting texts."""
-    return token_windows(tokenizer, wiki_texts(seed)[0], n, length, bos)
+    return _windows(tokenizer, bos, seed, n, length, 0)
 
 
 def eval_windows(tokenizer, bos: int | None, seed: int, n: int, length: int) -> list[list[int]]:
     """`n` token windows of `length` of the held-out texts."""
-    return token_windows(tokenizer, wiki_texts(seed)[1], n, length, bos)
+    return _windows(tokenizer, bos, seed, n, length, 1)
+
+
+def _windows(tokenizer, bos: int | None, seed: int, n: int, length: int, part: int) -> list[list[int]]:
+    """Windows of wiki_texts(seed)[part]. They are cut from the start of the list, so when its paragraphs hold
+    enough tokens the windows are theirs, and the generated documents (a few tenths of a second a seed) are made
+    only when the windows reach them."""
+    try:
+        return token_windows(tokenizer, wiki_texts(seed, generated=False)[part], n, length, bos)
+    except ConfigError:  # more tokens than the paragraphs hold
+        return token_windows(tokenizer, wiki_texts(seed)[part], n, length, bos)
 
 
 @lru_cache(maxsize=1)

@@ -16,6 +16,7 @@ for the tuned lens). The paper's "row of W_U J_l, read back into the residual". 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -24,7 +25,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp import add, intervene
+from interp import intervene
 from interp.sites import Site
 
 from .quality import rank_of
@@ -79,29 +80,78 @@ def boot_ci(values: np.ndarray, n_boot: int, rng: np.random.Generator) -> tuple[
     return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
 
 
+EDIT_TOKENS = 2048
+"""Tokens of one forward that runs several edits of a batch at once (copies of the batch, one edit each)."""
+
+
 @torch.no_grad()
-def _last_logp(model, enc: Mapping[str, Tensor]) -> Float[Tensor, "batch vocab"]:
-    return model(enc["input_ids"], enc["attention_mask"])[:, -1].float().log_softmax(-1)
+def last_logits(model, ids: Int[Tensor, "batch pos"], mask: Tensor | None) -> Float[Tensor, "batch vocab"]:
+    """The model's logits at the last position (float32): the forward stops after the last block and only the last
+    position is unembedded (`Model.unembed`: the final norm, unembedding and logit scaling of the full forward)."""
+    h = model.forward_until(ids, Site("resid_post", model.info.n_layers - 1), mask)
+    return model.unembed(h[:, -1]).float()
+
+
+def last_logp(model, enc: Mapping[str, Tensor]) -> Float[Tensor, "batch vocab"]:
+    """`last_logits` as log-probabilities."""
+    return last_logits(model, enc["input_ids"], enc["attention_mask"]).log_softmax(-1)
+
+
+@torch.no_grad()
+def edited_logps(model, enc: Mapping[str, Tensor], site: Site, edits: Sequence[Callable[[Tensor], Tensor]]
+                 ) -> list[Float[Tensor, "batch vocab"]]:
+    """`last_logp` of the batch `enc` under each edit of the activation at `site` (each maps the batch's
+    (batch, pos, d) activation to its edited copy). Several edits share one forward of as many copies of the batch
+    (at most EDIT_TOKENS tokens), each copy edited by its own: rows do not mix in a forward, so each copy's numbers
+    are those of a forward of its own."""
+    ids, mask = enc["input_ids"], enc["attention_mask"]
+    b, n = ids.shape
+    group = max(1, EDIT_TOKENS // max(b * n, 1))
+    out: list[Tensor] = []
+    for g in range(0, len(edits), group):
+        part = list(edits[g:g + group])
+        with intervene(model, site, functools.partial(_each_copy, part, b)):
+            copies = {"input_ids": ids.repeat(len(part), 1), "attention_mask": mask.repeat(len(part), 1)}
+            logp = last_logp(model, copies)
+        out += list(logp.split(b))
+    return out
+
+
+def _each_copy(edits: Sequence[Callable[[Tensor], Tensor]], b: int, x: Tensor) -> Tensor:
+    """Copy i of the batch (rows i*b .. (i+1)*b - 1) edited by edits[i]."""
+    return torch.cat([edit(x[i * b:(i + 1) * b]) for i, edit in enumerate(edits)])
+
+
+def add_last(vector: Float[Tensor, " d"]) -> Callable[[Tensor], Tensor]:
+    """Add `vector` at the last position (`interp.add(..., positions=[-1])`'s edit)."""
+
+    def edit(x: Tensor) -> Tensor:
+        x = x.clone()
+        x[:, -1:] = x[:, -1:] + vector.to(x)
+        return x
+
+    return edit
 
 
 @torch.no_grad()
 def steering(model, layer: int, enc: Mapping[str, Tensor], targets: Int[Tensor, " tok"],
-             methods: Mapping[str, LensDirections], size: float) -> pd.DataFrame:
+             methods: Mapping[str, LensDirections], size: float, base: Tensor | None = None) -> pd.DataFrame:
     """Steer every prompt (left-padded batch) towards each target token along each method's direction of norm
-    `size`, at the last position of resid_post(layer): one row per (method, token, prompt)."""
+    `size`, at the last position of resid_post(layer): one row per (method, token, prompt). `base`: the unedited
+    `last_logp`, when the caller has it."""
     site = Site("resid_post", layer)
-    base = _last_logp(model, enc)
+    base = last_logp(model, enc) if base is None else base
+    runs = [(method, t, size * vec) for method, dirs in methods.items()
+            for t, vec in zip(targets.tolist(), dirs(targets))]
+    logps = edited_logps(model, enc, site, [add_last(vec) for *_, vec in runs])
     rows = []
-    for method, dirs in methods.items():
-        vecs = dirs(targets)
-        for j, t in enumerate(targets.tolist()):
-            with add(model, site, size * vecs[j], positions=[-1]):
-                logp = _last_logp(model, enc)
-            tt = torch.full((logp.shape[0],), t, device=logp.device)
-            rb, ra = rank_of(base, tt).cpu(), rank_of(logp, tt).cpu()
-            for i in range(logp.shape[0]):
-                rows.append({"method": method, "token": t, "prompt": i, "logp_base": float(base[i, t]),
-                             "logp": float(logp[i, t]), "rank_base": int(rb[i]), "rank": int(ra[i])})
+    for (method, t, _), logp in zip(runs, logps):
+        tt = torch.full((logp.shape[0],), t, device=logp.device)
+        rb, ra = rank_of(base, tt).cpu(), rank_of(logp, tt).cpu()
+        lb, la = base[:, t].cpu(), logp[:, t].cpu()
+        for i in range(logp.shape[0]):
+            rows.append({"method": method, "token": t, "prompt": i, "logp_base": float(lb[i]),
+                         "logp": float(la[i]), "rank_base": int(rb[i]), "rank": int(ra[i])})
     frame = pd.DataFrame(rows)
     frame["dlogp"] = frame["logp"] - frame["logp_base"]
     return frame
@@ -129,25 +179,27 @@ def swap_edit(v: Float[Tensor, "batch d 2"], pos_mask: Tensor, record: list[floa
 @torch.no_grad()
 def swap(model, layer: int, enc: Mapping[str, Tensor], source: Int[Tensor, " b"], target: Int[Tensor, " b"],
          ans_source: Int[Tensor, " b"], ans_target: Int[Tensor, " b"],
-         methods: Mapping[str, Callable[[Tensor, Tensor], Tensor]]) -> tuple[pd.DataFrame, dict[str, float]]:
+         methods: Mapping[str, Callable[[Tensor, Tensor], Tensor]], base: Tensor | None = None
+         ) -> tuple[pd.DataFrame, dict[str, float]]:
     """Swap each prompt's bridge token for another country's at resid_post(layer), positions >= the first real token
     + 1; `methods` map (source ids, target ids) -> (b, d, 2) directions. Rows: (method, prompt) with the change of
-    log p(target answer) - log p(source answer); second value: per method the largest orthogonal change measured."""
+    log p(target answer) - log p(source answer); second value: per method the largest orthogonal change measured.
+    `base`: the unedited `last_logp`, when the caller has it."""
     site = Site("resid_post", layer)
     mask = enc["attention_mask"]
     first = mask.float().argmax(1)  # first real token (left padding)
     pos = torch.arange(mask.shape[1], device=mask.device)
     pos_mask = (mask.bool() & (pos[None] > first[:, None])).float()
-    base = _last_logp(model, enc)
+    base = last_logp(model, enc) if base is None else base
     bi = torch.arange(base.shape[0], device=base.device)
     d_base = (base[bi, ans_target.to(base.device)] - base[bi, ans_source.to(base.device)]).cpu()
+    recs: dict[str, list[float]] = {method: [] for method in methods}
+    logps = edited_logps(model, enc, site, [swap_edit(make(source, target), pos_mask, recs[method])
+                                            for method, make in methods.items()])
     rows, orth = [], {}
-    for method, make in methods.items():
-        rec: list[float] = []
-        with intervene(model, site, swap_edit(make(source, target), pos_mask, rec)):
-            logp = _last_logp(model, enc)
+    for method, logp in zip(methods, logps):
         d_after = (logp[bi, ans_target.to(logp.device)] - logp[bi, ans_source.to(logp.device)]).cpu()
-        orth[method] = max(rec) if rec else float("nan")
+        orth[method] = max(recs[method]) if recs[method] else float("nan")
         for i in range(len(d_base)):
             rows.append({"method": method, "prompt": i, "logodds_base": float(d_base[i]),
                          "logodds": float(d_after[i]), "flipped": bool(d_after[i] > 0 and d_base[i] <= 0)})
@@ -172,21 +224,21 @@ def project_out_edit(q: Float[Tensor, "batch d k"], removed: list[Tensor]) -> Ca
 
 
 @torch.no_grad()
-def ablation(model, layer: int, enc: Mapping[str, Tensor], methods: Mapping[str, Float[Tensor, "b d k"]]
-             ) -> pd.DataFrame:
+def ablation(model, layer: int, enc: Mapping[str, Tensor], methods: Mapping[str, Float[Tensor, "b d k"]],
+             base: Tensor | None = None) -> pd.DataFrame:
     """Project each method's directions (per prompt, orthonormalised here) out of the last position at
-    resid_post(layer): rows (method, prompt) with KL(original || ablated) at the output and the removed norm share."""
+    resid_post(layer): rows (method, prompt) with KL(original || ablated) at the output and the removed norm share.
+    `base`: the unedited `last_logp`, when the caller has it."""
     site = Site("resid_post", layer)
-    base = _last_logp(model, enc)
+    base = last_logp(model, enc) if base is None else base
+    removed: dict[str, list[Tensor]] = {method: [] for method in methods}
+    edits = [project_out_edit(torch.linalg.qr(dirs.float())[0], removed[method]) for method, dirs in methods.items()]
     rows = []
-    for method, dirs in methods.items():
-        q, _ = torch.linalg.qr(dirs.float())  # (b, d, k)
-        removed: list[Tensor] = []
-        with intervene(model, site, project_out_edit(q, removed)):
-            logp = _last_logp(model, enc)
+    for method, logp in zip(methods, edited_logps(model, enc, site, edits)):
         kl = (base.exp() * (base - logp)).sum(-1).cpu()
         for i in range(len(kl)):
-            rows.append({"method": method, "prompt": i, "kl": float(kl[i]), "removed_frac": float(removed[-1][i])})
+            rows.append({"method": method, "prompt": i, "kl": float(kl[i]),
+                         "removed_frac": float(removed[method][-1][i])})
     return pd.DataFrame(rows)
 
 

@@ -12,7 +12,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from interp import run_with_cache
 from interp.context import RunContext
 from interp.data import bos_id
 from interp.errors import ConfigError
@@ -53,10 +52,11 @@ def run(cfg: JLensConfig, ctx: RunContext) -> None:
         stats = next_token_stats(model, transports, held, n_read, cfg.top_k)
         bridge = bridge_ranks(model, transports, kept, n_read)
     with ctx.timed("workspace"):  # 4. the band
-        quality, cka, band = workspace(model, cfg, lenses, stats, bridge, held, ctx.generator(1))
+        norm_jac = I.norm_jacobian(model, final_residuals(model, held, jl.target_layer))
+        quality, cka, band = workspace(model, cfg, lenses, stats, bridge, norm_jac, ctx.generator(1))
     layer, layer_from = intervention_layer(cfg, band, n_layers, jl)
     with ctx.timed("interventions"), ctx.weights_unchanged("the interventions"):  # 5. interventions
-        effects, frames, orth = intervene(model, cfg, lenses, layer, kept, held, ctx)
+        effects, frames, orth = intervene(model, cfg, lenses, layer, kept, norm_jac, ctx)
     ctx.check_finite("lens quality", quality[["kl", "topk_acc", "kurtosis"]].to_numpy())
 
     ctx.save_table("quality", quality)
@@ -90,7 +90,7 @@ def known_facts(model, prompts: list[TwoHop], keep_rank: int) -> list[TwoHop]:
     ranks = []
     for i in range(0, len(texts), 16):
         enc = model.tokenize(texts[i:i + 16], padding_side="left")
-        logits = model(enc["input_ids"], enc["attention_mask"])[:, -1].float()
+        logits = I.last_logits(model, enc["input_ids"], enc["attention_mask"])
         ranks.append(rank_of(logits, want[i:i + 16].to(logits.device)).cpu())
     r = torch.cat(ranks)
     n = len(prompts)
@@ -119,13 +119,23 @@ def bridge_ranks(model, transports, kept: list[TwoHop], n_layers: int) -> dict[s
 
 
 @torch.no_grad()
-def workspace(model, cfg: JLensConfig, lenses, stats, bridge, held, gen) -> tuple[pd.DataFrame, np.ndarray, tuple]:
+def workspace(model, cfg: JLensConfig, lenses, stats, bridge, norm_jac,
+              gen) -> tuple[pd.DataFrame, np.ndarray, tuple]:
     """The per-(lens, layer) quality table with the workspace statistics (layers up to the J-lens's target), the
-    Jacobian lens's CKA matrix and the band `workspace.pick_band` picks (None: no band)."""
+    Jacobian lens's CKA matrix and the band `workspace.pick_band` picks (None: no band). `norm_jac`: the final
+    norm's averaged Jacobian (`interventions.norm_jacobian`)."""
     n_layers, d = lenses["jacobian"].target_layer + 1, model.info.d_model
-    finals = final_residuals(model, held, lenses["jacobian"].target_layer)
-    norm_jac = I.norm_jacobian(model, finals)
-    gram = W.gram_of(model.unembed_weight.detach().float() @ norm_jac)
+    gram = norm_jac.T @ W.gram_of(model.unembed_weight.detach()) @ norm_jac  # (W N)^T (W N), one vocabulary product
+    eye = torch.eye(d, device=model.device)
+    eff_eye: list[float] = []  # the identity's (the logit lens; every lens at the target) is computed once
+
+    def eff_dim(m: torch.Tensor) -> float:
+        if not torch.equal(m, eye):
+            return W.participation_ratio(gram, m)
+        if not eff_eye:
+            eff_eye.append(W.participation_ratio(gram, m))
+        return eff_eye[0]
+
     rows = []
     mats: dict[str, list[torch.Tensor]] = {}
     for name, lens in lenses.items():
@@ -138,7 +148,7 @@ def workspace(model, cfg: JLensConfig, lenses, stats, bridge, held, gen) -> tupl
                          "topk_acc": float(s["topk_acc"][layer]), "top1_acc": float(s["top1_acc"][layer]),
                          "kurtosis": float(s["kurtosis"][layer]), "autocorr": ac["obs"],
                          "autocorr_null": ac["null_mean"], "autocorr_null_q95": ac["null_q95"],
-                         "eff_dim": W.participation_ratio(gram, mats[name][layer]),
+                         "eff_dim": eff_dim(mats[name][layer]),
                          "bridge_pass": float(passk["rate"][layer]), "bridge_lo": float(passk["lo"][layer]),
                          "bridge_hi": float(passk["hi"][layer]), "n_bridge": int(passk["n"][layer])})
     quality = pd.DataFrame(rows)
@@ -153,8 +163,9 @@ def workspace(model, cfg: JLensConfig, lenses, stats, bridge, held, gen) -> tupl
 def final_residuals(model, held, target: int, n: int = 32) -> torch.Tensor:
     """Up to n residuals at the target layer (positions >= 1) of the held-out text, for the final norm's Jacobian."""
     ids = torch.tensor([list(w) for w in held[:4]], device=model.device)
-    _, cache = run_with_cache(model, ids, None, [Site("resid_post", target)])
-    return cache[Site("resid_post", target)][:, 1:].reshape(-1, model.info.d_model)[:n].float()
+    with torch.no_grad():
+        resid = model.forward_until(ids, Site("resid_post", target), None)
+    return resid[:, 1:].reshape(-1, model.info.d_model)[:n].float()
 
 
 def intervention_layer(cfg: JLensConfig, band, n_layers: int, jl) -> tuple[int, str]:
@@ -172,36 +183,38 @@ def intervention_layer(cfg: JLensConfig, band, n_layers: int, jl) -> tuple[int, 
 # ----------------------------------------------------------------------------- 5. interventions
 
 
-def intervene(model, cfg: JLensConfig, lenses, layer: int, kept: list[TwoHop], held, ctx: RunContext):
+def intervene(model, cfg: JLensConfig, lenses, layer: int, kept: list[TwoHop], norm_jac, ctx: RunContext):
     """Steering, swap and ablation at resid_post(layer) on the kept prompts, each lens's directions against random
-    ones; returns the effect summary, the per-prompt frames and the swap's measured orthogonal change."""
+    ones; returns the effect summary, the per-prompt frames and the swap's measured orthogonal change. `norm_jac`:
+    the final norm's averaged Jacobian (`interventions.norm_jacobian`). One unedited forward gives the residual at
+    the layer and the output every effect is measured from; the edits run batched (`interventions.edited_logps`)."""
     d = model.info.d_model
     prompts = kept[: cfg.max_intervene]
     if not prompts:
         return pd.DataFrame(columns=["experiment", "method", "measure", "mean", "lo", "hi", "n"]), {}, {}
     gen = ctx.generator(2, device="cpu")
     tok = model.tokenizer
-    finals = final_residuals(model, held, lenses["jacobian"].target_layer)
-    norm_jac = I.norm_jacobian(model, finals)
     w_u = model.unembed_weight.detach()
     dirs = {name: I.directions_of(w_u, norm_jac, I.linear_part(lens.transport, layer, d, model.device))
             for name, lens in lenses.items()}
     enc = model.tokenize([p.prompt for p in prompts], padding_side="left")
-    _, cache = run_with_cache(model, enc["input_ids"], enc["attention_mask"], [Site("resid_post", layer)])
-    resid = cache[Site("resid_post", layer)]
+    at_layer: list[torch.Tensor] = []
+    with model.hooks([(Site("resid_post", layer), lambda act: at_layer.append(act.detach().clone()))]):
+        base = I.last_logp(model, enc)
+    resid = at_layer[0]
     size = cfg.steer_scale * float(resid[:, -1].float().norm(dim=-1).mean())
 
     answers = sorted({first_token(tok, p.answer) for p in prompts})
     pick = ctx.rng.permutation(len(answers))[: cfg.n_steer_tokens]
     targets = torch.tensor([answers[i] for i in sorted(pick)])
     rand_steer = I.random_directions(len(targets), d, gen, model.device)
-    steer = I.steering(model, layer, enc, targets, {**dirs, "random": lambda ids: rand_steer[: len(ids)]}, size)
+    steer = I.steering(model, layer, enc, targets, {**dirs, "random": lambda ids: rand_steer[: len(ids)]}, size, base)
 
     src, tgt, ans_s, ans_t = swap_pairs(tok, prompts, ctx.rng)
     rand_pair = I.random_directions(2 * len(prompts), d, gen, model.device).reshape(len(prompts), 2, d)
     pair = {name: I.pair_directions(f) for name, f in dirs.items()}
     pair["random"] = lambda s, t: rand_pair.transpose(1, 2)
-    swap, orth = I.swap(model, layer, enc, src, tgt, ans_s, ans_t, pair)
+    swap, orth = I.swap(model, layer, enc, src, tgt, ans_s, ans_t, pair, base)
 
     abl = {}
     for name, lens in lenses.items():
@@ -209,7 +222,7 @@ def intervene(model, cfg: JLensConfig, lenses, layer: int, kept: list[TwoHop], h
         abl[name] = dirs[name](top.flatten()).reshape(len(prompts), cfg.n_ablate, d).transpose(1, 2)
     abl["random"] = I.random_directions(len(prompts) * cfg.n_ablate, d, gen, model.device).reshape(
         len(prompts), cfg.n_ablate, d).transpose(1, 2)
-    ablate = I.ablation(model, layer, enc, abl)
+    ablate = I.ablation(model, layer, enc, abl, base)
 
     effects = pd.concat([
         I.summarize_effects(steer, "dlogp", cfg.n_boot, ctx.rng).assign(experiment="steer"),

@@ -8,7 +8,8 @@ identity, the Jacobian lens J_l h, the tuned lens A_l h + b_l.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import functools
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -18,10 +19,8 @@ from torch import Tensor
 from interp import run_with_cache
 from interp.sites import Site
 
+from .readout import Transport, read_layers
 from .workspace import excess_kurtosis
-
-Transport = Callable[[int, Tensor], Tensor]
-"""(layer, residual (..., d_model)) -> residual in the target layer's basis (..., d_model)."""
 
 
 def residuals(model, ids: Int[Tensor, "batch pos"], mask: Tensor | None,
@@ -32,9 +31,11 @@ def residuals(model, ids: Int[Tensor, "batch pos"], mask: Tensor | None,
     return logits, torch.stack([cache[s] for s in sites])
 
 
-def kl_to(logp_model: Float[Tensor, "... vocab"], logp_lens: Float[Tensor, "... vocab"]) -> Float[Tensor, "..."]:
-    """KL(model || lens) per position, in nats."""
-    return (logp_model.exp() * (logp_model - logp_lens)).sum(-1)
+def kl_to(logp_model: Float[Tensor, "... vocab"], logp_lens: Float[Tensor, "... vocab"],
+          p_model: Float[Tensor, "... vocab"] | None = None) -> Float[Tensor, "..."]:
+    """KL(model || lens) per position, in nats (`p_model`: logp_model.exp(), when the caller has it)."""
+    p = logp_model.exp() if p_model is None else p_model
+    return (p * (logp_model - logp_lens)).sum(-1)
 
 
 @torch.no_grad()
@@ -42,29 +43,28 @@ def next_token_stats(model, lenses: Mapping[str, Transport], windows: Sequence[S
                      top_k: int, batch: int = 4) -> dict[str, dict[str, Tensor]]:
     """Per lens, over held-out windows (positions 1 .. n-2: not the attention sink, and with a next token):
     {"kl": (layer,), "topk_acc": (layer,), "top1_acc": (layer,), "kurtosis": (layer,), "top1": (layer, text, pos)},
-    plus "model": {"topk_acc", "top1_acc"} (the model's own output)."""
+    plus "model": {"topk_acc", "top1_acc"} (the model's own output). Each forward's readouts go through
+    `read_layers` (many layers per product over the vocabulary; the identity readout once per layer)."""
     layers = list(range(n_layers))
-    acc: dict[str, dict[str, list]] = {name: {k: [] for k in ("kl", "hit", "hit1", "kurt", "top1")} for name in lenses}
+    keys = ("kl", "hit", "hit1", "kurt", "top1")
+    acc: dict[str, dict[str, list]] = {name: {k: [] for k in keys} for name in lenses}
     model_hits, model_hits1 = [], []
     for i in range(0, len(windows), batch):
         ids = torch.tensor([list(w) for w in windows[i:i + batch]], device=model.device)
         logits, resid = residuals(model, ids, None, layers)
         nxt = ids[:, 2:]  # next token of positions 1 .. n-2
         logp_model = logits[:, 1:-1].float().log_softmax(-1)
+        p_model = logp_model.exp()
+        del logits
         model_hits.append(_hits(logp_model, nxt, top_k))
         model_hits1.append(_hits(logp_model, nxt, 1))
+        stats = functools.partial(_token_stats, logp_model=logp_model, p_model=p_model, nxt=nxt, top_k=top_k)
+        hs = {layer: resid[layer][:, 1:-1] for layer in layers}
+        shared: dict[int, dict[str, Tensor]] = {}
         for name, transport in lenses.items():
-            per = {k: [] for k in acc[name]}
-            for layer in layers:
-                lens_logits = model.unembed(transport(layer, resid[layer][:, 1:-1])).float()
-                logp = lens_logits.log_softmax(-1)
-                per["kl"].append(kl_to(logp_model, logp))
-                per["hit"].append(_hits(logp, nxt, top_k))
-                per["hit1"].append(_hits(logp, nxt, 1))
-                per["kurt"].append(excess_kurtosis(lens_logits))
-                per["top1"].append(lens_logits.argmax(-1))
-            for k, v in per.items():
-                acc[name][k].append(torch.stack(v))  # (layer, batch, pos)
+            got = read_layers(model, transport, hs, stats, shared)
+            for k in keys:
+                acc[name][k].append(torch.stack([got[layer][k] for layer in layers]))  # (layer, batch, pos)
     out: dict[str, dict[str, Tensor]] = {}
     for name, a in acc.items():
         cat = {k: torch.cat(v, 1).cpu() for k, v in a.items()}
@@ -74,6 +74,20 @@ def next_token_stats(model, lenses: Mapping[str, Transport], windows: Sequence[S
     out["model"] = {"topk_acc": torch.cat(model_hits).float().mean().cpu(),
                     "top1_acc": torch.cat(model_hits1).float().mean().cpu()}
     return out
+
+
+def _token_stats(lens_logits: Float[Tensor, "layer b p vocab"], logp_model: Float[Tensor, "b p vocab"],
+                 p_model: Float[Tensor, "b p vocab"], nxt: Int[Tensor, "b p"], top_k: int) -> dict[str, Tensor]:
+    """One chunk of readouts' next-token statistics, each (layer, b, p)."""
+    logp = lens_logits.log_softmax(-1)
+    top = logp.topk(top_k, dim=-1).indices  # sorted: the first is the top-1
+    return {"kl": kl_to(logp_model, logp, p_model), "hit": (top == nxt[..., None]).any(-1), "hit1": top[..., 0] == nxt,
+            "kurt": excess_kurtosis(lens_logits), "top1": lens_logits.argmax(-1)}
+
+
+def _ranks(lens_logits: Float[Tensor, "layer b vocab"], ids: Int[Tensor, " b"]) -> dict[str, Tensor]:
+    """One chunk of readouts' ranks of ids[i] at row i, (layer, b)."""
+    return {"rank": rank_of(lens_logits, ids.expand(lens_logits.shape[:-1]))}
 
 
 def _hits(logp: Float[Tensor, "b p vocab"], target: Int[Tensor, "b p"], k: int) -> Tensor:
@@ -100,9 +114,13 @@ def last_position_ranks(model, lenses: Mapping[str, Transport], enc: Mapping[str
         logits, resid = residuals(model, ids, mask, layers)
         tok = token_ids[i:i + batch].to(logits.device)
         out["model"].append(rank_of(logits[:, -1].float(), tok).cpu())
+        del logits
+        ranks = functools.partial(_ranks, ids=tok)
+        hs = {layer: resid[layer][:, -1] for layer in layers}
+        shared: dict[int, dict[str, Tensor]] = {}
         for name, transport in lenses.items():
-            r = [rank_of(model.unembed(transport(layer, resid[layer][:, -1])).float(), tok) for layer in layers]
-            out[name].append(torch.stack(r).cpu())
+            got = read_layers(model, transport, hs, ranks, shared)
+            out[name].append(torch.stack([got[layer]["rank"] for layer in layers]).cpu())
     return {k: torch.cat(v, -1) for k, v in out.items()}
 
 
