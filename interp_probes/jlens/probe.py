@@ -30,13 +30,15 @@ LENSES = ("logit", "tuned", "jacobian")
 
 
 def run(cfg: JLensConfig, ctx: RunContext) -> None:
-    model = ctx.model
+    with ctx.timed("model"):  # the load, when this process has not loaded the model yet
+        model = ctx.model
     n_layers, bos = model.info.n_layers, bos_id(model.tokenizer)
-    fit_ids = fit_windows(model.tokenizer, bos, cfg.seed, cfg.n_fit_prompts, cfg.fit_seq_len)  # 1. data
-    held = eval_windows(model.tokenizer, bos, cfg.seed, cfg.n_eval_texts, cfg.eval_seq_len)
-    tuned_ids = fit_windows(model.tokenizer, bos, cfg.seed + 1, max(1, cfg.tuned_tokens // cfg.fit_seq_len),
-                            cfg.fit_seq_len)
-    prompts = two_hop_prompts(cfg.relations, cfg.max_facts)
+    with ctx.timed("data"):  # 1. data
+        fit_ids = fit_windows(model.tokenizer, bos, cfg.seed, cfg.n_fit_prompts, cfg.fit_seq_len)
+        held = eval_windows(model.tokenizer, bos, cfg.seed, cfg.n_eval_texts, cfg.eval_seq_len)
+        tuned_ids = fit_windows(model.tokenizer, bos, cfg.seed + 1, max(1, cfg.tuned_tokens // cfg.fit_seq_len),
+                                cfg.fit_seq_len)
+        prompts = two_hop_prompts(cfg.relations, cfg.max_facts)
     with ctx.timed("keep"):
         kept = known_facts(model, prompts, cfg.keep_rank)
     with ctx.timed("fit"):  # 2. lenses
@@ -66,7 +68,8 @@ def run(cfg: JLensConfig, ctx: RunContext) -> None:
         ctx.save_table(name, frame)
     ctx.save_table("prompts", prompt_table(prompts, kept))
     grid_prompt = kept[0].prompt if kept else prompts[0].prompt
-    tokens, grid = readout_frame(model, lenses, grid_prompt, top_k=5)
+    with ctx.timed("grid"):  # the page's readout grid: every lens, layer and position of one prompt
+        tokens, grid = readout_frame(model, lenses, grid_prompt, top_k=5)
     ctx.save_table("grid", grid)
     ctx.save_table("grid_tokens", pd.DataFrame({"position": range(len(tokens)), "token": tokens}))
     ctx.save_tensors("fit_tokens", {"input_ids": torch.tensor(fit_ids)})
