@@ -72,9 +72,10 @@ def test_a_jumprelu_set_saved_here_loads_in_circuit_tracer(tmp_path):
 @pytest.mark.timeout(2400)
 def test_the_default_graph_is_circuit_tracers_node_for_node(model, tmp_path):
     """smollm2-135m, "The capital of France is", a JumpReLU set of 64 random features a layer (thresholds set so
-    about 6 fire a token): every edge block within 1e-5 relative, the same features, pruned nodes and edges, and
-    scores within 1e-6. With bos_error it is not circuit-tracer's graph (the control): its first position's error
-    nodes take influence, which moves the features chosen for rows and the scores."""
+    about 6 fire a token): every edge block within 1e-5 relative, the same features, pruned nodes and edges (up to
+    ties at the pruning thresholds: circuit_tracer_env.TIE_TOL), and scores within 1e-6. With bos_error it is not
+    circuit-tracer's graph (the control): its first position's error nodes take influence, which moves the
+    features chosen for rows and the scores."""
     from interp_probes.circuits.graph import prepare
     from interp_probes.circuits.probe import prompt_ids
 
