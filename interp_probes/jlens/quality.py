@@ -35,7 +35,7 @@ def kl_to(logp_model: Float[Tensor, "... vocab"], logp_lens: Float[Tensor, "... 
           p_model: Float[Tensor, "... vocab"] | None = None) -> Float[Tensor, "..."]:
     """KL(model || lens) per position, in nats (`p_model`: logp_model.exp(), when the caller has it)."""
     p = logp_model.exp() if p_model is None else p_model
-    return (p * (logp_model - logp_lens)).sum(-1)
+    return (logp_model - logp_lens).mul_(p).sum(-1)  # p * (a - b), the product in place
 
 
 @torch.no_grad()

@@ -21,9 +21,9 @@ from torch import Tensor
 def excess_kurtosis(logits: Float[Tensor, "... vocab"]) -> Float[Tensor, "..."]:
     """m4 / m2^2 - 3 of each row of logits over the vocabulary (float32): 0 for a Gaussian."""
     x = logits.float()
-    c2 = (x - x.mean(-1, keepdim=True)).pow(2)
-    m2 = c2.mean(-1)
-    return (c2 * c2).mean(-1) / m2.pow(2).clamp_min(1e-30) - 3.0  # c^4 as (c^2)^2: a third faster than pow(4)
+    c = (x - x.mean(-1, keepdim=True)).square_()  # squared in place: one (..., vocab) block, not three
+    m2 = c.mean(-1)
+    return c.square_().mean(-1) / m2.pow(2).clamp_min(1e-30) - 3.0  # c^4 as (c^2)^2: a third faster than pow(4)
 
 
 def same_next(top1: Int[Tensor, "text pos"]) -> float:
