@@ -94,7 +94,7 @@ def readout_frame(model, lenses: Mapping, text: str, top_k: int = 5) -> tuple[li
         "position": np.tile(np.repeat(np.arange(n_pos, dtype=np.int64), top_k), len(blocks)),
         "k": np.tile(np.arange(top_k, dtype=np.int64), n_pos * len(blocks)),
         "token": [word[t] for t in ids],
-        "prob": torch.cat([p.flatten() for _, _, p, _ in blocks]).double().numpy(),
+        "prob": torch.cat([p.flatten() for _, _, p, _ in blocks]).double().cpu().numpy(),
     })
 
 
