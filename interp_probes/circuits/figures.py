@@ -38,11 +38,10 @@ WEAK = (("fve_mean", "<", 0.6, "variance of the MLP outputs explained (FVE, mean
         ("replacement_score", "<", 0.3, "replacement score (influence reaching the logits through features, "
          "not error nodes)", "{:.2f}"))
 """Transcoder checks the page warns on: (metric, direction, threshold, what it is, format). The default size on
-SmolLM2 measured FVE 0.70, 16 % dead, 0.85 recovered, worst layer 0.67 (README, 2026-12-05); quick: 0.34, 43 %,
-0.48, -3.16, and a replacement score of 0.27 with circuit-tracer's first-position convention (0.17 with
-bos_error=true; tests/golden, re-made 2026-12-06). The default set's replacement score under that convention is not
-measured yet (the default set was not retrained after the change), so 0.3 stays a bound just above quick's 0.27,
-unchecked against a good set; the four quality bounds sit between quick and default on each metric."""
+SmolLM2 measured FVE 0.70, 16 % dead, 0.86 recovered, worst layer 0.71 and a replacement score of 0.40 with
+circuit-tracer's first-position convention (tests/acceptance/test_circuits.py::test_circuits_acceptance,
+2026-12-07); quick: 0.34, 43 %, 0.48, -3.16 and 0.27 (0.17 with bos_error=true; tests/golden, re-made 2026-12-06).
+Each bound sits between quick and default on its metric."""
 
 _PIECES = {"▁": " ", "Ġ": " ", "Ċ": "\n", "ĉ": "\t"}  # SentencePiece's and byte-level BPE's whitespace markers
 _SHOWN = {"\n": "↵", "\t": "→", "\r": "↵"}
