@@ -434,6 +434,33 @@ def test_quality_splices_only_the_positions_the_set_trains_on(graphs, setup, kin
         assert (got[:, 1:] - clean[:, 1:]).abs().amax() > 1e-3, f"{mode} edited nothing"
 
 
+@pytest.mark.parametrize("family,kind", [("llama", "plt"), ("gpt2", "skip"), ("gemma3_text", "clt")])
+def test_the_branching_forward_equals_one_forward_per_edit(graphs, setup, family, kind):
+    """`edit_losses` grows one row's batch layer by layer (the edits of layer l join at l's input): every row's
+    loss equals its own forward with `_splice_hooks` editing that layer (or all of them), bit for bit, on a family
+    with SDPA (llama), one with eager attention and a batch-sized mask (gpt2), and a CLT (whole-model rows only).
+    Control: the edits move the loss, and a layer's zeroing differs from its splicing."""
+    from interp.sae.transcoder_train import _splice_hooks, edit_losses, token_losses
+
+    m, tc, _p, _g = graphs(family, kind)
+    ids = setup(family)[1][:2]
+    per_layer = kind != "clt"
+    got = edit_losses(m, tc, ids, per_layer)
+    L, everywhere = tc.n_layers, {layer: slice(None) for layer in range(tc.n_layers)}
+    want = {"clean": token_losses(m, ids), "zero_all": token_losses(m, ids, _splice_hooks(tc, everywhere, "zero")),
+            "splice_all": token_losses(m, ids, _splice_hooks(tc, everywhere, "splice"))}
+    if per_layer:
+        for mode in ("zero", "splice"):
+            want[mode] = torch.stack([token_losses(m, ids, _splice_hooks(tc, {layer: slice(None)}, mode))
+                                      for layer in range(L)])
+    assert got.keys() == want.keys()
+    for k in want:
+        assert torch.equal(got[k], want[k]), f"{k}: {got[k]} != {want[k]}"
+    assert (got["zero_all"] - got["clean"]).abs().min() > 1e-3
+    if per_layer:
+        assert got["zero"].shape == (L, 2) and not torch.equal(got["zero"], got["splice"])
+
+
 def test_an_edge_budget_keeps_each_rows_strongest_edges_and_completeness(graphs):
     """max_edges_per_row keeps the strongest edges of each row and moves the rest into the unattributed input
     (completeness still exact); a backward batch cut down by batch_tokens computes the same edges."""
