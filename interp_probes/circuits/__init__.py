@@ -108,7 +108,7 @@ class CircuitsConfig(ProbeConfig):
 
     SIZE_PRESETS = {
         "micro": {"d_transcoder": 256, "target_l0": 8.0, "train_tokens": 2048, "steps": 60, "train_batch": 256,
-                  "seq_len": 32, "eval_seqs": 2, "n_prompts": 2, "ablate_k": (1, 3), "batch_size": 32,
+                  "seq_len": 32, "eval_seqs": 1, "n_prompts": 2, "ablate_k": (1, 3), "batch_size": 32,
                   "max_feature_nodes": 256, "test_max_feature_nodes": 256, "n_contexts": 4},
         "quick": {"d_transcoder": 576, "train_tokens": 8192, "steps": 300, "train_batch": 256, "seq_len": 64,
                   "eval_seqs": 2, "n_prompts": 5, "max_feature_nodes": 512, "test_max_feature_nodes": 512},
