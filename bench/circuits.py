@@ -150,6 +150,49 @@ def transcoder_buffer(model, smoke: bool = False) -> list[Row]:
                 f"{what}") for name, (peak, size) in got.items() if name != "pieces_f32"]
 
 
+def transcoder_quality(model, smoke: bool = False) -> list[Row]:
+    """Time of transcoder quality's losses (clean, every MLP zeroed / spliced, each layer's alone): the branching
+    forward (`edit_losses`, one per held-out chunk, edits joining at their layer) against the baseline, one forward
+    per edit batched 64 rows a pass (the code before it), on the same chunks and set, in turns in the same run.
+    The losses must be equal bit for bit, or the row fails."""
+    from interp.data import builtin_corpus, token_windows
+    from interp.sae import TranscoderTrainConfig, train_transcoders
+    from interp.sae.transcoder_train import edit_losses, splice_hooks, token_losses
+    from interp_probes.circuits.transcoders import pairs
+
+    from .common import interleaved
+
+    n, seq = (1, 16) if smoke else (2, 32)
+    ids = torch.tensor(token_windows(model.tokenizer, builtin_corpus("all", 0), n + 4, seq, model.info.bos_id))
+    X, Y = pairs(model, ids[n:], 4 * (seq - 1))
+    tc = train_transcoders(X, Y, TranscoderTrainConfig(activation="topk", k=8, d_transcoder=256, steps=10, batch=64))
+    ids, L = ids[:n], tc.n_layers
+
+    def per_edit() -> dict:
+        every = {layer: slice(None) for layer in range(L)}
+        out = {"clean": token_losses(model, ids),
+               "zero_all": token_losses(model, ids, splice_hooks(tc, every, "zero")),
+               "splice_all": token_losses(model, ids, splice_hooks(tc, every, "splice"))}
+        per = max(1, 64 // n)
+        for mode in ("zero", "splice"):
+            got = []
+            for start in range(0, L, per):
+                layers = range(start, min(L, start + per))
+                rows = {layer: slice(i * n, (i + 1) * n) for i, layer in enumerate(layers)}
+                got.append(token_losses(model, ids.repeat(len(layers), 1), splice_hooks(tc, rows, mode)).view(-1, n))
+            out[mode] = torch.cat(got)
+        return out
+
+    a, b = edit_losses(model, tc, ids), per_edit()
+    same = a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    t = interleaved({"branching": lambda: edit_losses(model, tc, ids), "per_edit": per_edit},
+                    repeats=1 if smoke else 2, warmup=0, device=model)  # a, b: the warm-up
+    return [Row("transcoder_quality_ratio", "quality losses, branching forward / a forward per edit (time ratio)",
+                t["branching"] / t["per_edit"], "<= 1", t["branching"] <= t["per_edit"] and same,
+                f"{t['branching']:.2f}s vs {t['per_edit']:.2f}s; losses {'equal bit for bit' if same else 'DIFFER'}; "
+                f"{model.info.name}, {n} chunk(s) of {seq} tokens, {L} layers")]
+
+
 def circuits_vs_circuit_tracer(model, smoke: bool = False) -> list[Row]:
     """The same attribution graph in circuit-tracer 0.5.0 (its side environment, tests/compat/circuit_tracer_env.py,
     built once in the interp cache) and here, in the same run: the same weights, prompt, transcoder set (a TopK set,

@@ -60,6 +60,7 @@ BENCHMARKS = {
     "digest": _lazy("digest", "digest"),
     "circuits": _lazy("circuits", "circuits_graph"),
     "transcoder_buffer": _lazy("circuits", "transcoder_buffer"),
+    "transcoder_quality": _lazy("circuits", "transcoder_quality"),
     "circuits_reference": _lazy("circuits", "circuits_vs_circuit_tracer"),
     "gpu": _lazy("gpu", "gpu"),
     "quick": _lazy("quick", "quick_runs"),

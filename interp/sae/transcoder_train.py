@@ -231,7 +231,7 @@ def fit_stats(tc: Transcoders, X: Tensor, Y: Tensor, chunk: int = 4096) -> dict[
             "dead_fraction": (1 - fired.float().mean(1)).cpu().tolist()}
 
 
-def _splice_hooks(tc: Transcoders, rows: Mapping[int, slice], mode: str, first: int = 1) -> list:
+def splice_hooks(tc: Transcoders, rows: Mapping[int, slice], mode: str, first: int = 1) -> list:
     """Hooks that replace the MLP output of each layer in `rows`, in its batch rows `rows[layer]` and at positions
     >= `first`, with the transcoders' estimate ("splice": features read at the spliced run's own MLP inputs) or with
     zero ("zero"). The transcoders train on positions >= 1, so the BOS position, whose outlier activations they
@@ -276,14 +276,14 @@ def edit_losses(model: Any, tc: Transcoders, ids: Tensor, per_layer: bool = True
                 ) -> dict[str, Tensor]:
     """Per-row mean losses of `ids` (n, len) clean ("clean", (n,)), with every layer's MLP output zeroed or spliced
     ("zero_all", "splice_all", (n,)) and, with `per_layer`, each layer's alone ("zero", "splice", (L, n)), at
-    positions >= `first` (what `_splice_hooks` edits).
+    positions >= `first` (what `splice_hooks` edits).
 
     One branching forward per row instead of one forward per edit: the row enters alone; at layer 0's input the
     two whole-model copies join it, and at each layer l's input two copies of the clean row, to have l's MLP zeroed
     and spliced. The layers below l run once, on the clean row, instead of once per edited layer: L^2 + 4L
     row-layers instead of 2L^2 + 3L, about half the compute at 30 layers (the unembedding is the same). A forward
     never mixes rows, so each row equals its own forward (bit for bit on the CPU: tests/unit/test_circuits_graph.py
-    holds them equal to `_splice_hooks` one layer at a time; a GPU's kernels, chosen by batch shape, may round
+    holds them equal to `splice_hooks` one layer at a time; a GPU's kernels, chosen by batch shape, may round
     differently). A pass holds one row at its start because a mask the model builds for its batch (eager
     attention, a sliding window shorter than the row) broadcasts over the grown batch only from one row."""
     L, n_all = tc.n_layers, len(EDITS)
@@ -366,5 +366,5 @@ def cached_transcoders(model: Any, cfg: TranscoderTrainConfig, data_fn: Callable
     return tc, False
 
 
-__all__ = ["EDITS", "cached_transcoders", "edit_losses", "fit_stats", "token_losses", "train_transcoders",
-           "transcoder_cache_key", "transcoder_quality"]
+__all__ = ["EDITS", "cached_transcoders", "edit_losses", "fit_stats", "splice_hooks", "token_losses",
+           "train_transcoders", "transcoder_cache_key", "transcoder_quality"]

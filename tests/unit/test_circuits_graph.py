@@ -421,14 +421,14 @@ def test_pretrained_release_refused_offline(monkeypatch):
 def test_quality_splices_only_the_positions_the_set_trains_on(graphs, setup, kind):
     """Splicing and zero-ablation edit positions >= 1 (the set trains on them): the BOS position's logits are the
     clean ones (a causal model's position 0 sees nothing later), every later position's are not."""
-    from interp.sae.transcoder_train import _splice_hooks
+    from interp.sae.transcoder_train import splice_hooks
 
     m, tc, _p, _g = graphs("llama", kind)
     ids = setup("llama")[1][:2].to(m.device)
     clean = m(ids).float()
     for mode in ("splice", "zero"):
         rows = {layer: slice(None) for layer in range(tc.n_layers)}
-        with torch.no_grad(), m.hooks(_splice_hooks(tc, rows, mode)):
+        with torch.no_grad(), m.hooks(splice_hooks(tc, rows, mode)):
             got = m(ids).float()
         assert torch.equal(got[:, 0], clean[:, 0]), f"{mode} edited the BOS position"
         assert (got[:, 1:] - clean[:, 1:]).abs().amax() > 1e-3, f"{mode} edited nothing"
@@ -437,21 +437,21 @@ def test_quality_splices_only_the_positions_the_set_trains_on(graphs, setup, kin
 @pytest.mark.parametrize("family,kind", [("llama", "plt"), ("gpt2", "skip"), ("gemma3_text", "clt")])
 def test_the_branching_forward_equals_one_forward_per_edit(graphs, setup, family, kind):
     """`edit_losses` grows one row's batch layer by layer (the edits of layer l join at l's input): every row's
-    loss equals its own forward with `_splice_hooks` editing that layer (or all of them), bit for bit, on a family
+    loss equals its own forward with `splice_hooks` editing that layer (or all of them), bit for bit, on a family
     with SDPA (llama), one with eager attention and a batch-sized mask (gpt2), and a CLT (whole-model rows only).
     Control: the edits move the loss, and a layer's zeroing differs from its splicing."""
-    from interp.sae.transcoder_train import _splice_hooks, edit_losses, token_losses
+    from interp.sae.transcoder_train import edit_losses, splice_hooks, token_losses
 
     m, tc, _p, _g = graphs(family, kind)
     ids = setup(family)[1][:2]
     per_layer = kind != "clt"
     got = edit_losses(m, tc, ids, per_layer)
     L, everywhere = tc.n_layers, {layer: slice(None) for layer in range(tc.n_layers)}
-    want = {"clean": token_losses(m, ids), "zero_all": token_losses(m, ids, _splice_hooks(tc, everywhere, "zero")),
-            "splice_all": token_losses(m, ids, _splice_hooks(tc, everywhere, "splice"))}
+    want = {"clean": token_losses(m, ids), "zero_all": token_losses(m, ids, splice_hooks(tc, everywhere, "zero")),
+            "splice_all": token_losses(m, ids, splice_hooks(tc, everywhere, "splice"))}
     if per_layer:
         for mode in ("zero", "splice"):
-            want[mode] = torch.stack([token_losses(m, ids, _splice_hooks(tc, {layer: slice(None)}, mode))
+            want[mode] = torch.stack([token_losses(m, ids, splice_hooks(tc, {layer: slice(None)}, mode))
                                       for layer in range(L)])
     assert got.keys() == want.keys()
     for k in want:
