@@ -35,8 +35,8 @@ class JLensConfig(ProbeConfig):
     n_fit_prompts: Annotated[int, Range(1, 100_000)] = 16
     """Fitting prompts (wiki-like paragraphs of the built-in corpus, chosen by the seed). The fit costs about
     d_model x tokens x 2 x parameters FLOPs (a backward pass per output dimension): 16 x 64 tokens on smollm2-135m
-    is ~160 TFLOP, 22 CPU minutes on the 2-core machine here and seconds on a GPU; published lenses used
-    100-1000 prompts of 128 tokens."""
+    is ~160 TFLOP, 22 CPU minutes on the 2-core machine here and, by that count, seconds on a GPU (not measured
+    yet); published lenses used 100-1000 prompts of 128 tokens."""
     fit_seq_len: Annotated[int, Range(4, 8192)] = 64
     """Tokens per fitting prompt at most (the reference's max_seq_len), BOS first where the tokenizer adds one."""
     skip_first: Annotated[int, Range(0, 8192)] = 16
